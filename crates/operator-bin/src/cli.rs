@@ -1,0 +1,42 @@
+//! Command-line interface: one subcommand per job.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// conflux: copy ConfigMaps/Secrets across namespaces, reconcile Flux objects when their config
+/// changes, roll workloads whose config changed, and substitute Flux `${VAR}`s, exactly as Flux does.
+#[derive(Debug, Parser)]
+#[command(name = "conflux", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands of `conflux`.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controllers against a Kubernetes cluster (copy, sync, reload, flux-trigger).
+    Run,
+    /// Substitute `${VAR}` expressions in stdin with variables from the environment, like
+    /// `flux envsubst`; the result goes to stdout.
+    Envsubst,
+    /// Run Flux's post-build substitution on a multi-document stream of built manifests, with
+    /// variables from flags, ConfigMap/Secret files or a Flux Kustomization.
+    Build,
+    /// Show, offline and on a directory of manifests, what conflux would copy, trigger and roll.
+    Plan,
+}
+
+/// Runs the chosen subcommand and returns the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
+    let name = match cli.command {
+        Command::Run => "run",
+        Command::Envsubst => "envsubst",
+        Command::Build => "build",
+        Command::Plan => "plan",
+    };
+    eprintln!("conflux {name}: not implemented yet");
+    Ok(ExitCode::from(2))
+}

@@ -1,0 +1,19 @@
+//! `conflux`: Flux-compatible copy, sync, trigger and reload controllers, and the offline tools
+//! around them (`envsubst`, `build`, `plan`).
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::dispatch(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("conflux: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Flux post-build variable substitution, byte-for-byte (DESIGN.md section 2). Pure: no I/O.
+//!
+//! Layers, bottom up:
+//! - [`envsubst`]: the `${VAR}` expression language of fluxcd/pkg `envsubst`, strict and not.
+//! - [`yaml`]: the go-yaml v2 behaviour around it: `JSONToYAML` before, `YAMLToJSON` after.
+//! - the resource layer: what kustomize-controller does for one built resource.
+
+pub mod envsubst;
+mod error;
+pub mod yaml;
+
+pub use error::Error;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

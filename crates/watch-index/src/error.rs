@@ -1,0 +1,9 @@
+//! The one error type of this crate.
+
+/// Everything that can go wrong in this crate. `Display` gives the upstream message where one exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A label selector could not be parsed or converted; the message is apimachinery's, exactly.
+    #[error("{0}")]
+    Selector(String),
+}

@@ -1,0 +1,13 @@
+//! Kubernetes label selectors, Flux reference extraction and a reverse index of ConfigMap/Secret
+//! referrers (DESIGN.md section 3). Pure: no I/O, no `kube::Client`.
+
+mod error;
+pub mod index;
+pub mod refs;
+pub mod selector;
+pub mod trigger;
+
+pub use error::Error;
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

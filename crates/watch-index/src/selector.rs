@@ -1,0 +1,1 @@
+//! Kubernetes label selectors, exactly as `k8s.io/apimachinery/pkg/labels`.

@@ -1,0 +1,219 @@
+//! Test harness: one real control plane (etcd, kube-apiserver, kube-controller-manager) per test
+//! binary, started through `hack/cluster.sh` (DESIGN.md section 7).
+//!
+//! The first call to [`cluster`] builds the binaries if they are not cached yet, starts the cluster
+//! in `target/test-clusters/<binary>-<pid>` and spawns a detached reaper that stops exactly those
+//! processes once this test process is gone, however it ends (success, panic, abort or kill).
+//! Every test gets its own [`kube::Client`] (clients are tied to the tokio runtime of the test that
+//! built them) and isolates itself in a unique namespace from [`Cluster::namespace`].
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// A running test cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// The repository root (this crate lives in `<root>/tests`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// The cluster of this test binary, started on first use.
+///
+/// # Panics
+/// When the cluster cannot be built or started, with the reason (a test that needs Kubernetes must
+/// fail then, never pass silently).
+pub fn cluster() -> &'static Cluster {
+    match CLUSTER.get_or_init(start) {
+        Ok(cluster) => cluster,
+        Err(reason) => panic!("the test cluster could not start: {reason}"),
+    }
+}
+
+fn start() -> Result<Cluster, String> {
+    let root = repo_root();
+    let script = root.join("hack/cluster.sh");
+    let build = Command::new("bash")
+        .arg(&script)
+        .arg("build")
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !build.success() {
+        return Err(format!("`{} build` failed ({build})", script.display()));
+    }
+
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "test".to_owned());
+    let dir = root
+        .join("target/test-clusters")
+        .join(format!("{binary}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+
+    let up = Command::new("bash")
+        .arg(&script)
+        .arg("up")
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
+    if !up.status.success() {
+        stop(&script, &dir);
+        return Err(format!(
+            "`{} up {}` failed ({}):\n{}",
+            script.display(),
+            dir.display(),
+            up.status,
+            String::from_utf8_lossy(&up.stderr)
+        ));
+    }
+    spawn_reaper(&script, &dir)?;
+    Ok(Cluster {
+        kubeconfig: dir.join("kubeconfig"),
+        dir,
+    })
+}
+
+/// Starts a process in its own session that waits for this test process to end and then stops the
+/// cluster, so no etcd or apiserver outlives the tests, even after a panic or a kill.
+fn spawn_reaper(script: &Path, dir: &Path) -> Result<(), String> {
+    let watch = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; exec bash '{script}' down '{dir}'",
+        pid = std::process::id(),
+        script = script.display(),
+        dir = dir.display(),
+    );
+    let setsid = Path::new("/usr/bin/setsid").exists();
+    let mut cmd = if setsid {
+        let mut c = Command::new("/usr/bin/setsid");
+        c.arg("bash");
+        c
+    } else {
+        Command::new("bash")
+    };
+    cmd.arg("-c")
+        .arg(watch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+        .map_err(|e| {
+            stop(script, dir);
+            format!("cannot start the cluster reaper: {e}")
+        })
+}
+
+fn stop(script: &Path, dir: &Path) {
+    let _ = Command::new("bash")
+        .arg(script)
+        .arg("down")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl Cluster {
+    /// Directory holding the cluster's data, logs, pid files and kubeconfig.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the admin kubeconfig.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A kube `Config` for the admin user.
+    pub async fn config(&self) -> Config {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
+        let mut config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()));
+        config.read_timeout = Some(Duration::from_secs(60));
+        config
+    }
+
+    /// A new admin client, bound to the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        Client::try_from(self.config().await).unwrap_or_else(|e| panic!("building client: {e}"))
+    }
+
+    /// A client authenticated as one of the static-token users (`alice`, `bob`, both in the group
+    /// `tenants`, with no permissions until a test grants them), for RBAC tests.
+    pub async fn client_as(&self, user: &str) -> Client {
+        let tokens = std::fs::read_to_string(self.dir.join("certs/tokens.csv"))
+            .unwrap_or_else(|e| panic!("reading tokens.csv: {e}"));
+        let token = tokens
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split(',');
+                let token = fields.next()?;
+                (fields.next()? == user).then(|| token.to_owned())
+            })
+            .unwrap_or_else(|| panic!("no static token for user {user}"));
+        let mut config = self.config().await;
+        config.auth_info.token = Some(token.into());
+        Client::try_from(config).unwrap_or_else(|e| panic!("building client: {e}"))
+    }
+
+    /// Creates a namespace with a unique name starting with `prefix` and returns its name.
+    pub async fn namespace(&self, client: &Client, prefix: &str) -> String {
+        let n = NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": { "name": name },
+        }))
+        .unwrap_or_else(|e| panic!("namespace object: {e}"));
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
+        name
+    }
+}
+
+/// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
