@@ -148,8 +148,22 @@ cmd_build() {
   rm -rf "$work"
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+# A loopback port nobody listens on: random in 20000-59999, skipping ports that accept a connection
+# and ports already handed out by this run.
+taken_ports=" "
+# Sets the variable named $1 (no subshell, so taken_ports is remembered).
+pick_port() {
+  local port
+  for _ in $(seq 200); do
+    port=$((20000 + RANDOM % 40000))
+    case $taken_ports in *" $port "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      taken_ports="$taken_ports$port "
+      printf -v "$1" '%s' "$port"
+      return 0
+    fi
+  done
+  die "no free loopback port found" "free some ports and retry"
 }
 
 start_bg() {
@@ -185,9 +199,9 @@ cmd_up() {
   mkdir -p "$dir/certs"
 
   local etcd_port etcd_peer_port api_port
-  etcd_port=$(free_port)
-  etcd_peer_port=$(free_port)
-  api_port=$(free_port)
+  pick_port etcd_port
+  pick_port etcd_peer_port
+  pick_port api_port
 
   # Service-account signing key, and static tokens: an admin, and two plain users for RBAC tests.
   openssl genrsa -out "$dir/certs/sa.key" 2048 >/dev/null 2>&1 || die "openssl genrsa failed" "check openssl"

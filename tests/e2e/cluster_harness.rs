@@ -36,7 +36,11 @@ async fn server_side_apply_conflicts_watch_and_namespace_deletion() {
         .await
         .expect("first apply");
     assert_eq!(
-        applied.data.as_ref().and_then(|d| d.get("key")).map(String::as_str),
+        applied
+            .data
+            .as_ref()
+            .and_then(|d| d.get("key"))
+            .map(String::as_str),
         Some("one")
     );
     let managers: Vec<_> = applied
@@ -78,7 +82,11 @@ async fn server_side_apply_conflicts_watch_and_namespace_deletion() {
         .expect("watch stream")
         .expect("an object");
     assert_eq!(
-        first.data.as_ref().and_then(|d| d.get("key")).map(String::as_str),
+        first
+            .data
+            .as_ref()
+            .and_then(|d| d.get("key"))
+            .map(String::as_str),
         Some("one")
     );
     config_maps
@@ -96,7 +104,13 @@ async fn server_side_apply_conflicts_watch_and_namespace_deletion() {
                 .await
                 .expect("watch stream")
                 .expect("an object");
-            if cm.data.as_ref().and_then(|d| d.get("key")).map(String::as_str) == Some("three") {
+            if cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("key"))
+                .map(String::as_str)
+                == Some("three")
+            {
                 return cm;
             }
         }
@@ -111,20 +125,28 @@ async fn server_side_apply_conflicts_watch_and_namespace_deletion() {
         .delete(&ns, &DeleteParams::default())
         .await
         .expect("delete namespace");
-    eventually("namespace deletion to finish", Duration::from_secs(120), || {
-        let namespaces = namespaces.clone();
-        let ns = ns.clone();
-        async move {
-            match namespaces.get_opt(&ns).await {
-                Ok(None) => Some(()),
-                Ok(Some(_)) => None,
-                Err(e) => panic!("get namespace: {e}"),
+    eventually(
+        "namespace deletion to finish",
+        Duration::from_secs(120),
+        || {
+            let namespaces = namespaces.clone();
+            let ns = ns.clone();
+            async move {
+                match namespaces.get_opt(&ns).await {
+                    Ok(None) => Some(()),
+                    Ok(Some(_)) => None,
+                    Err(e) => panic!("get namespace: {e}"),
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     assert!(
-        config_maps.get_opt("settings").await.expect("get").is_none(),
+        config_maps
+            .get_opt("settings")
+            .await
+            .expect("get")
+            .is_none(),
         "the ConfigMap went with its namespace"
     );
 }
@@ -143,6 +165,9 @@ async fn cluster_has_the_system_namespaces() {
         .filter_map(|n| n.metadata.name)
         .collect();
     for expected in ["default", "kube-system"] {
-        assert!(names.iter().any(|n| n == expected), "{expected} in {names:?}");
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} in {names:?}"
+        );
     }
 }

@@ -151,10 +151,9 @@ impl Cluster {
     pub async fn config(&self) -> Config {
         let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)
             .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
-        let mut config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-                .await
-                .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()));
+        let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("loading {}: {e}", self.kubeconfig.display()));
         config.read_timeout = Some(Duration::from_secs(60));
         config
     }

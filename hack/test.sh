@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace, including the end-to-end tests against a real kube-apiserver:
+# builds (or reuses the cached) control-plane binaries, then `cargo test --workspace`. Each test
+# binary that needs Kubernetes starts its own cluster through hack/cluster.sh and stops it when done.
+# Extra arguments go to `cargo test` (for example `hack/test.sh -p watch-index`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [ ! -d ../shared/conformance ]; then
+  echo "test.sh: error: ../shared/conformance (the conformance vectors) is missing next to the repository" >&2
+  exit 1
+fi
+
+start=$(date +%s)
+bash hack/cluster.sh build
+echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
+
+if [ $# -eq 0 ]; then
+  set -- --workspace
+fi
+cargo test "$@" 2>&1
+echo "test.sh: all tests finished in $(( $(date +%s) - start ))s"
