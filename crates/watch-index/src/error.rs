@@ -6,4 +6,12 @@ pub enum Error {
     /// A label selector could not be parsed or converted; the message is apimachinery's, exactly.
     #[error("{0}")]
     Selector(String),
+    /// A reference field path (such as `spec.valuesFrom[kind=ConfigMap].name`) could not be parsed.
+    #[error("invalid field path {path:?}: {reason}")]
+    FieldPath {
+        /// The path as given.
+        path: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
