@@ -351,10 +351,24 @@ impl Selector {
         })
     }
 
-    /// `metav1.LabelSelectorAsSelector`: `None` (a nil selector) matches nothing, an empty one
-    /// matches everything. `Gt`/`Lt` are not operators here.
-    pub fn from_label_selector(selector: Option<&LabelSelector>) -> Result<Self, Error> {
-        label_selector::as_selector(selector).map_err(Error::Selector)
+    /// `metav1.LabelSelectorAsSelector`. Takes `&LabelSelector` or `Option<&LabelSelector>`:
+    /// `None` (a nil selector) matches nothing, an empty one matches everything. `Gt`/`Lt` are
+    /// not operators here.
+    ///
+    /// ```
+    /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    /// use watch_index::selector::Selector;
+    ///
+    /// let ls: LabelSelector = serde_json::from_str(
+    ///     r#"{"matchLabels":{"app":"web"},"matchExpressions":[{"key":"tier","operator":"Exists"}]}"#,
+    /// ).unwrap();
+    /// assert_eq!(Selector::from_label_selector(&ls).unwrap().to_string(), "app=web,tier");
+    /// assert!(Selector::from_label_selector(None).unwrap().is_nothing());
+    /// ```
+    pub fn from_label_selector<'a>(
+        selector: impl Into<Option<&'a LabelSelector>>,
+    ) -> Result<Self, Error> {
+        label_selector::as_selector(selector.into()).map_err(Error::Selector)
     }
 
     /// `labels.Everything()`: no requirements, matches every label set.

@@ -56,10 +56,24 @@ pub(super) fn as_selector(selector: Option<&LabelSelector>) -> Result<Selector, 
 /// `validation.ValidateLabelSelector(selector, LabelSelectorValidationOptions{}, path)`: the
 /// `Error()` text of every problem, in upstream's order (`matchLabels` in key order, where Go's
 /// order is random). `path` is the selector's field path, such as `spec.selector`. A `None`
-/// (nil) selector is valid.
-pub fn validate_label_selector(selector: Option<&LabelSelector>, path: &str) -> Vec<String> {
+/// (nil) selector is valid. Takes `&LabelSelector` or `Option<&LabelSelector>`.
+///
+/// ```
+/// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+/// use watch_index::selector::validate_label_selector;
+///
+/// let ls: LabelSelector = serde_json::from_str(r#"{"matchExpressions":[{"key":"x","operator":"Gt"}]}"#).unwrap();
+/// assert_eq!(
+///     validate_label_selector(&ls, "spec.selector"),
+///     [r#"spec.selector.matchExpressions[0].operator: Invalid value: "Gt": not a valid selector operator"#]
+/// );
+/// ```
+pub fn validate_label_selector<'a>(
+    selector: impl Into<Option<&'a LabelSelector>>,
+    path: &str,
+) -> Vec<String> {
     let mut errs = Vec::new();
-    let Some(ls) = selector else {
+    let Some(ls) = selector.into() else {
         return errs;
     };
     let child = |name: &str| {
