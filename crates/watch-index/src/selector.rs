@@ -511,6 +511,51 @@ mod tests {
     }
 
     #[test]
+    fn integer_bounds_at_the_edges_of_i64() {
+        let max = Selector::parse("n>9223372036854775807").unwrap();
+        assert!(!max.matches(&[("n", "9223372036854775807")]));
+        assert!(
+            !max.matches(&[("n", "9223372036854775808")]),
+            "out of range: no match"
+        );
+        let lt = Selector::parse("n<9223372036854775807").unwrap();
+        assert!(lt.matches(&[("n", "-9223372036854775808")]));
+        assert!(!lt.matches(&[("n", "-9223372036854775809")]));
+        assert!(!lt.matches(&[("m", "1")]), "a missing label never compares");
+    }
+
+    #[test]
+    fn requirements_expose_key_operator_values() {
+        let sel = Selector::parse("x notin (b,a,b),!y,z>07").unwrap();
+        let got: Vec<(&str, &str, Vec<&str>)> = sel
+            .requirements()
+            .iter()
+            .map(|r| {
+                (
+                    r.key(),
+                    r.operator().as_str(),
+                    r.values().iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("x", "notin", vec!["a", "b"]),
+                ("y", "!", vec![]),
+                ("z", "gt", vec!["07"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn pairs_use_the_first_occurrence_of_a_key() {
+        let sel = Selector::parse("app=web").unwrap();
+        assert!(sel.matches(&[("app", "web"), ("app", "api")]));
+        assert!(!sel.matches(&[("app", "api"), ("app", "web")]));
+    }
+
+    #[test]
     fn label_containers() {
         let sel = Selector::parse("app=web").unwrap();
         let map = labels(&[("app", "web")]);

@@ -2,6 +2,7 @@
 //! the `v0_36_3` field is ignored).
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -219,14 +220,18 @@ fn label_selector_conformance() {
     for f in failures.iter().take(40) {
         eprintln!("FAIL {f}");
     }
+    // Written to stdout directly so the summary shows even when libtest captures output.
+    let mut out = std::io::stdout().lock();
     for (layer, (pass, fail)) in &per_layer {
-        println!("  {layer}: {pass} passed, {fail} failed");
+        let _ = writeln!(out, "  {layer}: {pass} passed, {fail} failed");
     }
     let passed: usize = per_layer.values().map(|c| c.0).sum();
-    println!(
+    let _ = writeln!(
+        out,
         "label selector conformance: {passed} passed, {} failed",
         failures.len()
     );
+    drop(out);
     assert_eq!(
         passed + failures.len(),
         564,
