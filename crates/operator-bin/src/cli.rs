@@ -18,7 +18,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against a Kubernetes cluster (copy, sync, reload, flux-trigger).
-    Run,
+    Run(operator_bin::run::RunArgs),
     /// Substitute `${VAR}` expressions in stdin with variables from the environment, like
     /// `flux envsubst`; the result goes to stdout.
     Envsubst,
@@ -31,12 +31,25 @@ pub enum Command {
 
 /// Runs the chosen subcommand and returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
-    let name = match cli.command {
-        Command::Run => "run",
-        Command::Envsubst => "envsubst",
-        Command::Build => "build",
-        Command::Plan => "plan",
-    };
+    match cli.command {
+        Command::Run(args) => run_controllers(args),
+        Command::Envsubst => not_implemented("envsubst"),
+        Command::Build => not_implemented("build"),
+        Command::Plan => not_implemented("plan"),
+    }
+}
+
+fn run_controllers(args: operator_bin::run::RunArgs) -> anyhow::Result<ExitCode> {
+    // Flag mistakes are reported before any runtime or client exists.
+    args.plan()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(operator_bin::run::run(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn not_implemented(name: &str) -> anyhow::Result<ExitCode> {
     eprintln!("conflux {name}: not implemented yet");
     Ok(ExitCode::from(2))
 }
