@@ -16,4 +16,47 @@ pub enum Error {
         /// Byte offset in the template.
         offset: usize,
     },
+    /// A defined variable name does not match `^[_[:alpha:]][_[:alpha:][:digit:]]*$`.
+    #[error("'{0}' var name is invalid, must match '^[_[:alpha:]][_[:alpha:][:digit:]]*$'")]
+    InvalidVarName(String),
+    /// Upstream's `variable substitution failed: %w` (Display carries the whole chain).
+    #[error("variable substitution failed: {0}")]
+    VariableSubstitution(Box<Error>),
+    /// Upstream's `YAMLToJSON: %w` around parsing the substituted text.
+    #[error("YAMLToJSON: {0}")]
+    YamlToJson(Box<Error>),
+    /// Upstream's `envsubst error: %w` around everything the resource layer reports.
+    #[error("envsubst error: {0}")]
+    Envsubst(Box<Error>),
+    /// kustomize-controller's prefix: `post build failed for '<resource id>': %w`.
+    #[error("post build failed for '{id}': {source}")]
+    PostBuild {
+        /// `<Kind>.<version>.<group|[noGrp]>/<name>`.
+        id: String,
+        /// What failed.
+        source: Box<Error>,
+    },
+    /// A `substituteFrom` object could not be read (`optional` tolerates only NotFound).
+    #[error("substitute from '{kind}/{name}' error: {reason}")]
+    SubstituteFrom {
+        /// `ConfigMap` or `Secret`.
+        kind: String,
+        /// The object's name.
+        name: String,
+        /// The lookup failure.
+        reason: String,
+    },
+    /// `spec.postBuild` of a Kustomization has the wrong shape.
+    #[error("{0}")]
+    InvalidPostBuild(String),
+    /// A Secret `data` value is not base64.
+    #[error("secret '{name}' key '{key}': invalid base64 data: {reason}")]
+    InvalidSecretData {
+        /// The Secret's name.
+        name: String,
+        /// The data key.
+        key: String,
+        /// The decoding error.
+        reason: String,
+    },
 }

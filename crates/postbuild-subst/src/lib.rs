@@ -7,6 +7,8 @@
 
 pub mod envsubst;
 mod error;
+pub mod resource;
+pub mod vars;
 pub mod yaml;
 
 pub use error::Error;
