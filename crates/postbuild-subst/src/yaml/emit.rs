@@ -29,7 +29,7 @@ use crate::Error;
 /// U+FFFE, U+FFFF) give `yaml: control characters are not allowed`, and a raw NEL (U+0085) is
 /// folded like a line break, exactly as in the Go pipeline.
 pub fn json_to_yaml(value: &serde_json::Value) -> Result<String, Error> {
-    let node = node_from_value(value, 0)?;
+    let node = node_from_value(value)?;
     Ok(emit_document(&node))
 }
 
@@ -70,6 +70,32 @@ enum Node<'a> {
     Map(Vec<(Cow<'a, str>, Node<'a>)>),
 }
 
+impl Drop for Node<'_> {
+    /// Drops nested collections with an explicit stack: the default recursive drop could
+    /// overflow the stack at the nesting depths go-yaml accepts.
+    fn drop(&mut self) {
+        let is_collection = |n: &Node<'_>| matches!(n, Node::Seq(_) | Node::Map(_));
+        let mut stack: Vec<Node<'_>> = match self {
+            Node::Seq(items) if items.iter().any(is_collection) => std::mem::take(items),
+            Node::Map(entries) if entries.iter().any(|(_, v)| is_collection(v)) => {
+                std::mem::take(entries)
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect()
+            }
+            _ => return,
+        };
+        while let Some(mut node) = stack.pop() {
+            match &mut node {
+                Node::Seq(items) => stack.append(items),
+                Node::Map(entries) => stack.extend(entries.drain(..).map(|(_, v)| v)),
+                _ => {}
+            }
+            // `node` is now childless, so its own drop returns at once.
+        }
+    }
+}
+
 /// go-yaml v2 stops at this nesting depth (`max_flow_level`); it also keeps our recursion bounded.
 const MAX_DEPTH: usize = 10_000;
 
@@ -93,38 +119,87 @@ fn reader_allows(c: char) -> bool {
 // serde_json::Value -> Node
 // ---------------------------------------------------------------------------------------------
 
-fn node_from_value(value: &serde_json::Value, depth: usize) -> Result<Node<'_>, Error> {
+/// A container being converted, with the children still to visit.
+enum ValueFrame<'v> {
+    Seq(std::slice::Iter<'v, serde_json::Value>, Vec<Node<'v>>),
+    Map(
+        serde_json::map::Iter<'v>,
+        Vec<(Cow<'v, str>, Node<'v>)>,
+        Cow<'v, str>,
+    ),
+}
+
+/// Converts iteratively: nesting depth is bounded by [`MAX_DEPTH`], not by the thread's stack.
+fn node_from_value(root: &serde_json::Value) -> Result<Node<'_>, Error> {
     use serde_json::Value;
-    if depth > MAX_DEPTH {
-        return Err(depth_error());
-    }
-    Ok(match value {
-        Value::Null => Node::Null,
-        Value::Bool(b) => Node::Bool(*b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                Node::Int(i)
-            } else if let Some(u) = n.as_u64() {
-                Node::Uint(u)
-            } else {
-                // Without arbitrary_precision every other number is an f64.
-                let f = n.as_f64().unwrap_or(f64::NAN);
-                node_from_go_json_float(f)
+    let mut stack: Vec<ValueFrame<'_>> = Vec::new();
+    // A finished node waiting to be attached to the innermost open container.
+    let mut pending: Option<Node<'_>> = None;
+    let mut next = Some(root);
+    loop {
+        if let Some(value) = next.take() {
+            match value {
+                Value::Null => pending = Some(Node::Null),
+                Value::Bool(b) => pending = Some(Node::Bool(*b)),
+                Value::Number(n) => {
+                    pending = Some(if let Some(i) = n.as_i64() {
+                        Node::Int(i)
+                    } else if let Some(u) = n.as_u64() {
+                        Node::Uint(u)
+                    } else {
+                        // Without arbitrary_precision every other number is an f64.
+                        node_from_go_json_float(n.as_f64().unwrap_or(f64::NAN))
+                    });
+                }
+                Value::String(s) => pending = Some(Node::Str(string_through_go_json(s)?)),
+                Value::Array(items) => {
+                    if stack.len() >= MAX_DEPTH {
+                        return Err(depth_error());
+                    }
+                    stack.push(ValueFrame::Seq(
+                        items.iter(),
+                        Vec::with_capacity(items.len()),
+                    ));
+                }
+                Value::Object(map) => {
+                    if stack.len() >= MAX_DEPTH {
+                        return Err(depth_error());
+                    }
+                    let entries = Vec::with_capacity(map.len());
+                    stack.push(ValueFrame::Map(map.iter(), entries, Cow::Borrowed("")));
+                }
             }
         }
-        Value::String(s) => Node::Str(string_through_go_json(s)?),
-        Value::Array(items) => Node::Seq(
-            items
-                .iter()
-                .map(|v| node_from_value(v, depth + 1))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(map) => Node::Map(
-            map.iter()
-                .map(|(k, v)| Ok((string_through_go_json(k)?, node_from_value(v, depth + 1)?)))
-                .collect::<Result<_, Error>>()?,
-        ),
-    })
+        let Some(top) = stack.last_mut() else {
+            // The root is complete (`pending` is always set here).
+            return Ok(pending.unwrap_or(Node::Null));
+        };
+        match top {
+            ValueFrame::Seq(rest, items) => {
+                if let Some(node) = pending.take() {
+                    items.push(node);
+                }
+                if let Some(value) = rest.next() {
+                    next = Some(value);
+                    continue;
+                }
+            }
+            ValueFrame::Map(rest, entries, key) => {
+                if let Some(node) = pending.take() {
+                    entries.push((std::mem::take(key), node));
+                }
+                if let Some((k, value)) = rest.next() {
+                    *key = string_through_go_json(k)?;
+                    next = Some(value);
+                    continue;
+                }
+            }
+        }
+        pending = stack.pop().map(|frame| match frame {
+            ValueFrame::Seq(_, items) => Node::Seq(items),
+            ValueFrame::Map(_, entries, _) => Node::Map(entries),
+        });
+    }
 }
 
 /// What a string becomes after Go's `json.Marshal` and go-yaml's double-quoted scalar scanner.
@@ -196,6 +271,16 @@ fn node_from_go_json_float(f: f64) -> Node<'static> {
 // ---------------------------------------------------------------------------------------------
 // JSON text -> Node (go-yaml's view of JSON: a YAML flow document)
 // ---------------------------------------------------------------------------------------------
+
+/// A container being read, with the key of the value being read for a mapping.
+enum ReadFrame<'a> {
+    Seq(Vec<Node<'a>>),
+    Map(
+        Vec<(Cow<'a, str>, Node<'a>)>,
+        Option<HashMap<Cow<'a, str>, usize>>,
+        Cow<'a, str>,
+    ),
+}
 
 /// Reads JSON text the way go-yaml v2 scans it as YAML flow content: strings are double-quoted
 /// scalars (YAML escapes, raw line breaks fold), and unquoted tokens are plain scalars resolved
@@ -274,7 +359,7 @@ impl<'a> JsonReader<'a> {
             // An empty document unmarshals to nil.
             return Ok(Node::Null);
         }
-        let node = self.read_value(0)?;
+        let node = self.read_value()?;
         self.skip_space();
         if self.pos < self.src.len() {
             return Err(self.parser_error(self.pos, "did not find expected <document start>"));
@@ -292,85 +377,116 @@ impl<'a> JsonReader<'a> {
         }
     }
 
-    fn read_value(&mut self, depth: usize) -> Result<Node<'a>, Error> {
+    /// Reads one value iteratively, so nesting is bounded by [`MAX_DEPTH`] and not by the stack.
+    fn read_value(&mut self) -> Result<Node<'a>, Error> {
+        let mut stack: Vec<ReadFrame<'a>> = Vec::new();
+        // A finished node waiting to be attached to the innermost open container.
+        let mut pending: Option<Node<'a>> = None;
+        loop {
+            if pending.is_none() {
+                // At the start of a value, spaces skipped.
+                match self.peek() {
+                    Some(open @ (b'[' | b'{')) => {
+                        if stack.len() >= MAX_DEPTH {
+                            let msg = format!("exceeded max depth of {MAX_DEPTH}");
+                            return Err(self.scanner_error(self.pos, &msg));
+                        }
+                        self.pos += 1;
+                        self.skip_space();
+                        if open == b'[' {
+                            if self.peek() == Some(b']') {
+                                self.pos += 1;
+                                pending = Some(Node::Seq(Vec::new()));
+                            } else {
+                                stack.push(ReadFrame::Seq(Vec::new()));
+                                continue;
+                            }
+                        } else if self.peek() == Some(b'}') {
+                            self.pos += 1;
+                            pending = Some(Node::Map(Vec::new()));
+                        } else {
+                            let key = self.read_key()?;
+                            stack.push(ReadFrame::Map(Vec::new(), None, key));
+                            continue;
+                        }
+                    }
+                    Some(b'"') => pending = Some(Node::Str(self.scan_string()?)),
+                    _ => pending = Some(self.read_plain()?),
+                }
+            }
+            let Some(top) = stack.last_mut() else {
+                // The root is complete (`pending` is always set here).
+                return Ok(pending.unwrap_or(Node::Null));
+            };
+            let node = pending.take().unwrap_or(Node::Null);
+            self.skip_space();
+            match top {
+                ReadFrame::Seq(items) => {
+                    items.push(node);
+                    match self.peek() {
+                        Some(b',') => {
+                            self.pos += 1;
+                            self.skip_space();
+                            if self.peek() == Some(b']') {
+                                self.pos += 1;
+                            } else {
+                                continue;
+                            }
+                        }
+                        Some(b']') => self.pos += 1,
+                        _ => {
+                            return Err(
+                                self.parser_error(self.pos, "did not find expected ',' or ']'")
+                            );
+                        }
+                    }
+                }
+                ReadFrame::Map(entries, index, key) => {
+                    insert_entry(entries, index, std::mem::take(key), node);
+                    match self.peek() {
+                        Some(b',') => {
+                            self.pos += 1;
+                            self.skip_space();
+                            if self.peek() == Some(b'}') {
+                                self.pos += 1;
+                            } else {
+                                *key = self.read_key()?;
+                                continue;
+                            }
+                        }
+                        Some(b'}') => self.pos += 1,
+                        _ => {
+                            return Err(
+                                self.parser_error(self.pos, "did not find expected ',' or '}'")
+                            );
+                        }
+                    }
+                }
+            }
+            pending = stack.pop().map(|frame| match frame {
+                ReadFrame::Seq(items) => Node::Seq(items),
+                ReadFrame::Map(entries, _, _) => Node::Map(entries),
+            });
+        }
+    }
+
+    /// A mapping key and its `:`, leaving the reader at the start of the value.
+    fn read_key(&mut self) -> Result<Cow<'a, str>, Error> {
         match self.peek() {
-            Some(b'{') => self.read_object(depth + 1),
-            Some(b'[') => self.read_array(depth + 1),
-            Some(b'"') => Ok(Node::Str(self.scan_string()?)),
-            _ => self.read_plain(),
-        }
-    }
-
-    fn read_object(&mut self, depth: usize) -> Result<Node<'a>, Error> {
-        if depth > MAX_DEPTH {
-            return Err(self.scanner_error(self.pos, &format!("exceeded max depth of {MAX_DEPTH}")));
-        }
-        self.pos += 1; // '{'
-        let mut entries: Vec<(Cow<'a, str>, Node<'a>)> = Vec::new();
-        let mut index = None;
-        loop {
-            self.skip_space();
-            match self.peek() {
-                Some(b'}') => {
-                    self.pos += 1;
-                    break;
-                }
-                Some(b'"') => {}
-                Some(_) => {
-                    return Err(self.parser_error(self.pos, "map keys must be quoted JSON strings"));
-                }
-                None => return Err(self.parser_error(self.pos, "did not find expected ',' or '}'")),
+            Some(b'"') => {}
+            Some(_) => {
+                return Err(self.parser_error(self.pos, "map keys must be quoted JSON strings"));
             }
-            let key = self.scan_string()?;
-            self.skip_space();
-            if self.peek() != Some(b':') {
-                return Err(self.parser_error(self.pos, "did not find expected ',' or '}'"));
-            }
-            self.pos += 1;
-            self.skip_space();
-            let value = self.read_value(depth)?;
-            insert_entry(&mut entries, &mut index, key, value);
-            self.skip_space();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b'}') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => return Err(self.parser_error(self.pos, "did not find expected ',' or '}'")),
-            }
+            None => return Err(self.parser_error(self.pos, "did not find expected ',' or '}'")),
         }
-        Ok(Node::Map(entries))
-    }
-
-    fn read_array(&mut self, depth: usize) -> Result<Node<'a>, Error> {
-        if depth > MAX_DEPTH {
-            return Err(self.scanner_error(self.pos, &format!("exceeded max depth of {MAX_DEPTH}")));
+        let key = self.scan_string()?;
+        self.skip_space();
+        if self.peek() != Some(b':') {
+            return Err(self.parser_error(self.pos, "did not find expected ',' or '}'"));
         }
-        self.pos += 1; // '['
-        let mut items = Vec::new();
-        loop {
-            self.skip_space();
-            match self.peek() {
-                Some(b']') => {
-                    self.pos += 1;
-                    break;
-                }
-                None => return Err(self.parser_error(self.pos, "did not find expected ',' or ']'")),
-                Some(_) => {}
-            }
-            items.push(self.read_value(depth)?);
-            self.skip_space();
-            match self.peek() {
-                Some(b',') => self.pos += 1,
-                Some(b']') => {
-                    self.pos += 1;
-                    break;
-                }
-                _ => return Err(self.parser_error(self.pos, "did not find expected ',' or ']'")),
-            }
-        }
-        Ok(Node::Seq(items))
+        self.pos += 1;
+        self.skip_space();
+        Ok(key)
     }
 
     /// An unquoted token (`123`, `-0`, `1e400`, `true`, `null`): a plain scalar, resolved.
@@ -1544,11 +1660,17 @@ fn requested_string_style(s: &str) -> Style {
     }
 }
 
-/// Context flags of the node being emitted (`yaml_emitter_emit_node` arguments that matter).
-#[derive(Clone, Copy, Default)]
-struct Ctx {
-    mapping: bool,
-    simple_key: bool,
+/// A collection being emitted: the children still to write and the indent to restore.
+enum EmitFrame<'n, 'a> {
+    Seq {
+        items: std::slice::Iter<'n, Node<'a>>,
+        saved: isize,
+    },
+    Map {
+        entries: &'n [(Cow<'a, str>, Node<'a>)],
+        order: std::vec::IntoIter<usize>,
+        saved: isize,
+    },
 }
 
 struct Emitter {
@@ -1568,7 +1690,7 @@ fn emit_document(node: &Node<'_>) -> String {
         whitespace: true,
         indention: true,
     };
-    e.emit_node(node, Ctx::default());
+    e.emit_root(node);
     // DOCUMENT-END (implicit): a final line break unless the output already ends a line.
     e.write_indent();
     e.out
@@ -1641,7 +1763,81 @@ impl Emitter {
         saved
     }
 
-    fn emit_node(&mut self, node: &Node<'_>, ctx: Ctx) {
+    /// Emits a whole tree with an explicit stack, so nesting depth does not use the call stack.
+    fn emit_root(&mut self, root: &Node<'_>) {
+        let mut stack: Vec<EmitFrame<'_, '_>> = Vec::new();
+        // The next node to emit, and whether it is a mapping value.
+        let mut next = Some((root, false));
+        loop {
+            if let Some((node, mapping_value)) = next.take() {
+                match node {
+                    Node::Seq(items) if !items.is_empty() => {
+                        // A sequence that is a mapping value sits at the key's indentation.
+                        let saved = self.increase_indent(false, mapping_value && !self.indention);
+                        stack.push(EmitFrame::Seq {
+                            items: items.iter(),
+                            saved,
+                        });
+                    }
+                    Node::Map(entries) if !entries.is_empty() => {
+                        let saved = self.increase_indent(false, false);
+                        let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_ref()).collect();
+                        let order = sorted_order(&keys).into_iter();
+                        stack.push(EmitFrame::Map {
+                            entries,
+                            order,
+                            saved,
+                        });
+                    }
+                    leaf => self.emit_leaf(leaf),
+                }
+            }
+            let Some(top) = stack.last_mut() else {
+                return;
+            };
+            match top {
+                EmitFrame::Seq { items, .. } => {
+                    if let Some(item) = items.next() {
+                        self.write_indent();
+                        self.write_indicator("-", true, false, true);
+                        next = Some((item, false));
+                        continue;
+                    }
+                }
+                EmitFrame::Map { entries, order, .. } => {
+                    let entries: &[(Cow<'_, str>, Node<'_>)] = entries;
+                    if let Some((key, value)) = order.next().and_then(|i| entries.get(i)) {
+                        self.emit_key(key);
+                        next = Some((value, true));
+                        continue;
+                    }
+                }
+            }
+            // The innermost collection is complete.
+            if let Some(EmitFrame::Seq { saved, .. } | EmitFrame::Map { saved, .. }) = stack.pop() {
+                self.indent = saved;
+            }
+        }
+    }
+
+    /// A mapping key and its `:`: simple when on one line and at most 128 bytes, else `? key`.
+    fn emit_key(&mut self, key: &str) {
+        self.write_indent();
+        let analysis = analyze_scalar(key);
+        let style = requested_string_style(key);
+        if !analysis.multiline && key.len() <= 128 {
+            self.emit_scalar(key, &analysis, style, true);
+            self.write_indicator(":", false, false, false);
+        } else {
+            self.write_indicator("?", true, false, true);
+            self.emit_scalar(key, &analysis, style, false);
+            self.write_indent();
+            self.write_indicator(":", true, false, true);
+        }
+    }
+
+    /// Scalars and empty collections.
+    fn emit_leaf(&mut self, node: &Node<'_>) {
         match node {
             Node::Null => self.emit_simple_plain("null"),
             Node::Bool(b) => self.emit_simple_plain(if *b { "true" } else { "false" }),
@@ -1659,45 +1855,10 @@ impl Emitter {
             }
             Node::Str(s) => {
                 let analysis = analyze_scalar(s);
-                self.emit_scalar(s, &analysis, requested_string_style(s), ctx.simple_key);
+                self.emit_scalar(s, &analysis, requested_string_style(s), false);
             }
-            Node::Seq(items) if items.is_empty() => self.emit_empty_flow("[", "]"),
-            Node::Map(entries) if entries.is_empty() => self.emit_empty_flow("{", "}"),
-            Node::Seq(items) => {
-                // A sequence that is a mapping value sits at the key's indentation.
-                let saved = self.increase_indent(false, ctx.mapping && !self.indention);
-                for item in items {
-                    self.write_indent();
-                    self.write_indicator("-", true, false, true);
-                    self.emit_node(item, Ctx::default());
-                }
-                self.indent = saved;
-            }
-            Node::Map(entries) => {
-                let saved = self.increase_indent(false, false);
-                let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_ref()).collect();
-                for i in sorted_order(&keys) {
-                    let (key, value) = &entries[i];
-                    self.write_indent();
-                    let analysis = analyze_scalar(key);
-                    let style = requested_string_style(key);
-                    let value_ctx = Ctx {
-                        mapping: true,
-                        simple_key: false,
-                    };
-                    if !analysis.multiline && key.len() <= 128 {
-                        self.emit_scalar(key, &analysis, style, true);
-                        self.write_indicator(":", false, false, false);
-                    } else {
-                        self.write_indicator("?", true, false, true);
-                        self.emit_scalar(key, &analysis, style, false);
-                        self.write_indent();
-                        self.write_indicator(":", true, false, true);
-                    }
-                    self.emit_node(value, value_ctx);
-                }
-                self.indent = saved;
-            }
+            Node::Seq(_) => self.emit_empty_flow("[", "]"),
+            Node::Map(_) => self.emit_empty_flow("{", "}"),
         }
     }
 
@@ -2106,3 +2267,289 @@ const DIGIT_RANGES: &[(u32, u32)] = &[
     (0x16B50, 0x16B59), (0x1D7CE, 0x1D7FF), (0x1E140, 0x1E149), (0x1E2F0, 0x1E2F9),
     (0x1E4F0, 0x1E4F9), (0x1E950, 0x1E959), (0x1FBF0, 0x1FBF9),
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn j2y(json: &str) -> String {
+        json_text_to_yaml(json).unwrap_or_else(|e| format!("ERR {e}"))
+    }
+
+    fn v2y(value: serde_json::Value) -> String {
+        json_to_yaml(&value).unwrap_or_else(|e| format!("ERR {e}"))
+    }
+
+    #[test]
+    fn resolution_table() {
+        for s in [
+            "",
+            "~",
+            "null",
+            "yes",
+            "N",
+            "on",
+            "OFF",
+            "0755",
+            "0x1F",
+            "0o17",
+            "0b101",
+            "-0b1",
+            "0b+1",
+            "1_000",
+            "08",
+            "1e3",
+            "5.",
+            ".5",
+            "+1",
+            "-0",
+            ".inf",
+            "-.Inf",
+            ".NaN",
+            "2001-12-14",
+            "2001-12-14t21:59:43.10-05:00",
+            "2001-12-14 21:59:43.10",
+            "9223372036854775808",
+            ".5_5",
+        ] {
+            assert!(
+                resolves_to_non_string(s),
+                "{s:?} should resolve to a non-string"
+            );
+        }
+        for s in [
+            "inf",
+            "NaN",
+            "nan",
+            "1e400",
+            "yEs",
+            "<<",
+            "a",
+            "0x",
+            "1:20",
+            "._5",
+            ".5_",
+            "2001-02-30",
+            "2001-13-01",
+            "2001-12-14T21:59:43",
+            "99999-01-01",
+            "0b",
+            "1e",
+            "+.5e",
+            "0x10000000000000000",
+            "2001-12-14 ",
+            "12:30",
+        ] {
+            assert!(!resolves_to_non_string(s), "{s:?} should stay a string");
+        }
+        assert_eq!(resolve_plain("0755"), Resolved::Int(493));
+        assert_eq!(
+            resolve_plain("18446744073709551615"),
+            Resolved::Uint(u64::MAX)
+        );
+        assert_eq!(resolve_plain("08"), Resolved::Float(8.0));
+        assert_eq!(
+            resolve_plain("2001-12-14T21:59:43+24:00"),
+            Resolved::Timestamp
+        );
+        assert_eq!(resolve_plain("2001-12-14T21:59:43+25:00"), Resolved::Str);
+    }
+
+    #[test]
+    fn base60() {
+        for s in [
+            "1:20",
+            "12:30:45",
+            "-1:20",
+            "+1:20",
+            "1:20.5",
+            "1_0:20",
+            "190:20:30",
+            "1:2",
+        ] {
+            assert!(is_base60_float(s), "{s}");
+        }
+        for s in ["1:60", "a:1", ":1:2", "1:", "1:2a", "1::2", "1:123"] {
+            assert!(!is_base60_float(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn go_float_formatting() {
+        let g = |f: f64| format_go_float(f, FloatFmt::G);
+        assert_eq!(g(1.0), "1");
+        assert_eq!(g(1e6), "1e+06");
+        assert_eq!(g(123456.7), "123456.7");
+        assert_eq!(g(1.5e-7), "1.5e-07");
+        assert_eq!(g(0.0001), "0.0001");
+        assert_eq!(g(-0.0), "-0");
+        assert_eq!(g(1.5e300), "1.5e+300");
+        assert_eq!(g(5e-324), "5e-324");
+        assert_eq!(
+            format_go_float(1152921504606846976.0, FloatFmt::F),
+            "1152921504606847000"
+        );
+        assert_eq!(format_go_float(1e-7, FloatFmt::E), "1e-07");
+    }
+
+    #[test]
+    fn value_numbers_follow_go_json_then_yaml() {
+        use serde_json::json;
+        // A float64 goes through json.Marshal first: integral values below 1e21 become ints.
+        assert_eq!(v2y(json!({"a": 1.0})), "a: 1\n");
+        assert_eq!(v2y(json!({"a": 123456789.0})), "a: 123456789\n");
+        assert_eq!(
+            v2y(json!({"a": 1152921504606846976.0_f64})),
+            "a: 1152921504606847000\n"
+        );
+        assert_eq!(v2y(json!({"a": 1e20})), "a: 1e+20\n");
+        assert_eq!(v2y(json!({"a": 1e21})), "a: 1e+21\n");
+        assert_eq!(v2y(json!({"a": 1e-7})), "a: 1e-07\n");
+        assert_eq!(v2y(json!({"a": -0.0})), "a: 0\n");
+        assert_eq!(v2y(json!({"a": 0.5})), "a: 0.5\n");
+        assert_eq!(
+            v2y(json!({"a": u64::MAX, "b": i64::MIN})),
+            "a: 18446744073709551615\nb: -9223372036854775808\n"
+        );
+    }
+
+    #[test]
+    fn value_strings_follow_go_json_then_yaml() {
+        use serde_json::json;
+        assert_eq!(v2y(json!({"k": "a\u{85}b"})), "k: a b\n");
+        assert_eq!(v2y(json!({"k": "a\u{85}\u{85}b"})), "k: |-\n  a\n  b\n");
+        assert_eq!(v2y(json!({"k": " \u{85} "})), "k: ' '\n");
+        assert_eq!(v2y(json!({"k": "\"q\"\u{85}\\"})), "k: '\"q\" \\'\n");
+        assert_eq!(
+            v2y(json!({"k": "a\u{7f}"})),
+            "ERR yaml: control characters are not allowed"
+        );
+        assert_eq!(
+            v2y(json!({"a\u{9f}": 1})),
+            "ERR yaml: control characters are not allowed"
+        );
+        assert_eq!(
+            v2y(json!({"k": "\u{fffe}"})),
+            "ERR yaml: control characters are not allowed"
+        );
+        assert_eq!(v2y(json!({"k": "\t\u{1}\u{2028}"})), "k: \"\\t\\x01\\L\"\n");
+        assert_eq!(v2y(json!("\u{feff}a b")), "\"\\uFEFF\\x61\\x20\\x62\"\n");
+    }
+
+    #[test]
+    fn text_reader_edges() {
+        assert_eq!(j2y(""), "null\n");
+        assert_eq!(j2y("  \n"), "null\n");
+        assert_eq!(j2y("{\"a\":1,\"a\":2}"), "a: 2\n");
+        assert_eq!(
+            j2y("{ \"b\" : [ 1 , 2 ] ,\n \"a\" : {} }"),
+            "a: {}\nb:\n- 1\n- 2\n"
+        );
+        assert_eq!(j2y("\"a\\/b\""), "ERR yaml: found unknown escape character");
+        assert_eq!(
+            j2y("\"\\ud83d\\ude00\""),
+            "ERR yaml: found invalid Unicode character escape code"
+        );
+        assert_eq!(
+            j2y("\"\\u12\""),
+            "ERR yaml: did not find expected hexdecimal number"
+        );
+        assert_eq!(j2y("\"abc"), "ERR yaml: found unexpected end of stream");
+        assert_eq!(j2y("[1,2"), "ERR yaml: did not find expected ',' or ']'");
+        assert_eq!(
+            j2y("{\"a\":1} x"),
+            "ERR yaml: did not find expected <document start>"
+        );
+        assert_eq!(j2y("\"a\\U0001F600\""), "\"a\\U0001F600\"\n");
+        // Plain tokens resolve as YAML would.
+        assert_eq!(
+            j2y("[yes, 0x1F, .inf, -.inf, .nan, ~, abc]"),
+            "- true\n- 31\n- .inf\n- -.inf\n- .nan\n- null\n- abc\n"
+        );
+        // Many keys, with a duplicate beyond the linear-scan threshold.
+        let mut json = String::from("{");
+        for i in 0..40 {
+            json.push_str(&format!("\"k{i}\":{i},"));
+        }
+        json.push_str("\"k3\":\"x\"}");
+        let out = j2y(&json);
+        assert!(
+            out.starts_with("k0: 0\nk1: 1\nk2: 2\nk3: x\nk4: 4\n"),
+            "{out}"
+        );
+        assert_eq!(out.lines().count(), 40);
+    }
+
+    #[test]
+    fn key_order() {
+        let mut keys = vec![
+            "a10", "a2", "a1", "b", "B", "_", "1", "01", "001", "a", "Z", "é", "~a",
+        ];
+        let order = sorted_order(&keys);
+        keys = order.iter().map(|&i| keys[i]).collect();
+        assert_eq!(
+            keys,
+            [
+                "_", "~a", "1", "01", "001", "B", "Z", "a", "a1", "a2", "a10", "b", "é"
+            ]
+        );
+        // A non-transitive set must not panic.
+        let keys = [
+            "a10a", "a1b", "a2a", "a10a0", "a1b1", "a2a2", "x", "a", "b", "c", "d", "e", "f", "g",
+        ];
+        assert_eq!(sorted_order(&keys).len(), keys.len());
+    }
+
+    #[test]
+    fn unicode_classes() {
+        assert!(is_go_letter('é') && is_go_letter('ß') && is_go_letter('日') && is_go_letter('ª'));
+        assert!(!is_go_letter('1') && !is_go_letter('😀') && !is_go_letter('\u{301}'));
+        assert!(is_go_digit('٣') && is_go_digit('9') && !is_go_digit('²') && !is_go_digit('a'));
+    }
+
+    #[test]
+    fn deep_nesting_is_bounded() {
+        let depth = MAX_DEPTH;
+        let json = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+        let handle = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || json_text_to_yaml(&json).map(|s| s.len()))
+            .expect("spawn");
+        assert_eq!(
+            handle.join().expect("no stack overflow"),
+            Ok(2 * (depth - 1) + 3)
+        );
+        let json = format!("{}{}", "[".repeat(depth + 1), "]".repeat(depth + 1));
+        assert_eq!(
+            j2y(&json),
+            format!("ERR yaml: exceeded max depth of {MAX_DEPTH}")
+        );
+    }
+
+    /// About 1 MB of manifests; prints the time so regressions are visible (`--nocapture`).
+    #[test]
+    fn large_stream_is_linear() {
+        let mut docs = Vec::new();
+        for i in 0..400 {
+            let mut env = Vec::new();
+            for j in 0..20 {
+                env.push(serde_json::json!({"name": format!("VAR_{j}"), "value": format!("value ${{VAR_{j}}} for item {i} with some words to fold maybe later on the line and more")}));
+            }
+            docs.push(serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": format!("app-{i}"), "labels": {"app": "x", "version": "1.0"}},
+                "spec": {"replicas": 3, "template": {"spec": {"containers": [{"name": "c", "image": "nginx:1.25", "env": env,
+                    "command": ["sh", "-c", "echo hello\nexec nginx -g 'daemon off;'\n"]}]}}}
+            }));
+        }
+        let total: usize = docs.iter().map(|d| d.to_string().len()).sum();
+        let start = std::time::Instant::now();
+        let mut out = 0;
+        for d in &docs {
+            out += json_to_yaml(d).map(|s| s.len()).unwrap_or(0);
+        }
+        let elapsed = start.elapsed();
+        eprintln!("emitted {total} bytes of JSON as {out} bytes of YAML in {elapsed:?}");
+        assert!(total > 1_000_000);
+    }
+}
