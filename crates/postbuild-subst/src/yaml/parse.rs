@@ -88,22 +88,23 @@ fn unsupported_float(f: f64) -> crate::Error {
 }
 
 /// Go `json.Marshal` (compact, HTML-escaped).
-fn write_json(v: &Json, out: &mut Vec<u8>) -> Result<(), crate::Error> {
+fn write_json(v: Json, out: &mut Vec<u8>) -> Result<(), crate::Error> {
     match v {
         Json::Null => out.extend_from_slice(b"null"),
-        Json::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Json::Bool(b) => out.extend_from_slice(if b { b"true" } else { b"false" }),
         Json::Int(i) => out.extend_from_slice(i.to_string().as_bytes()),
         Json::Uint(u) => out.extend_from_slice(u.to_string().as_bytes()),
         Json::Float(f) => {
             if !f.is_finite() {
-                return Err(unsupported_float(*f));
+                return Err(unsupported_float(f));
             }
-            out.extend_from_slice(gofmt::format_json_float(*f).as_bytes());
+            out.extend_from_slice(gofmt::format_json_float(f).as_bytes());
         }
-        Json::Str(s) => gofmt::write_json_string(out, s),
+        Json::Str(s) => gofmt::write_json_string(out, &s),
         Json::Array(items) => {
             out.push(b'[');
-            for (i, item) in items.iter().enumerate() {
+            // Consumed as written, so that no deep value is dropped in one go afterwards.
+            for (i, item) in items.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
@@ -113,11 +114,11 @@ fn write_json(v: &Json, out: &mut Vec<u8>) -> Result<(), crate::Error> {
         }
         Json::Object(map) => {
             out.push(b'{');
-            for (i, (k, item)) in map.iter().enumerate() {
+            for (i, (k, item)) in map.into_iter().enumerate() {
                 if i > 0 {
                     out.push(b',');
                 }
-                gofmt::write_json_string(out, k);
+                gofmt::write_json_string(out, &k);
                 out.push(b':');
                 write_json(item, out)?;
             }
@@ -127,33 +128,69 @@ fn write_json(v: &Json, out: &mut Vec<u8>) -> Result<(), crate::Error> {
     Ok(())
 }
 
-fn to_serde(v: Json) -> Result<serde_json::Value, crate::Error> {
+/// The first value `json.Marshal` would reject, in output order.
+fn check_floats(v: &Json) -> Result<(), crate::Error> {
+    match v {
+        Json::Float(f) if !f.is_finite() => Err(unsupported_float(*f)),
+        Json::Array(items) => items.iter().try_for_each(check_floats),
+        Json::Object(map) => map.values().try_for_each(check_floats),
+        _ => Ok(()),
+    }
+}
+
+/// Converts to `serde_json`; floats are finite (see [`check_floats`]).
+fn to_serde(v: Json) -> serde_json::Value {
     use serde_json::Value;
-    Ok(match v {
+    match v {
         Json::Null => Value::Null,
         Json::Bool(b) => Value::Bool(b),
         Json::Int(i) => Value::from(i),
         Json::Uint(u) => Value::from(u),
-        Json::Float(f) => match serde_json::Number::from_f64(f) {
-            Some(n) => Value::Number(n),
-            None => return Err(unsupported_float(f)),
-        },
+        Json::Float(f) => serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number),
         Json::Str(s) => Value::String(gofmt::lossy_string(&s)),
-        Json::Array(items) => {
-            Value::Array(items.into_iter().map(to_serde).collect::<Result<_, _>>()?)
-        }
-        Json::Object(map) => {
-            let mut out = serde_json::Map::new();
-            for (k, item) in map {
-                out.insert(gofmt::lossy_string(&k), to_serde(item)?);
-            }
-            Value::Object(out)
-        }
-    })
+        Json::Array(items) => Value::Array(items.into_iter().map(to_serde).collect()),
+        Json::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, item)| (gofmt::lossy_string(&k), to_serde(item)))
+                .collect(),
+        ),
+    }
 }
 
-fn convert(text: &str) -> Result<Json, crate::Error> {
-    to_jsonable(decode::unmarshal(text)?)
+/// Nesting up to this depth is converted on the caller's stack.
+const INLINE_DEPTH: usize = 48;
+
+/// Runs the recursive half of the conversion (decode, key conversion, `then`) on a thread
+/// with a stack sized for the document when the document is deeply nested, so that hostile
+/// input cannot overflow the caller's stack. Scanning and parsing are iterative.
+fn convert<T: Send>(
+    text: &str,
+    then: impl FnOnce(Json) -> Result<T, crate::Error> + Send,
+) -> Result<T, crate::Error> {
+    let tree = decode::parse_tree(text)?;
+    let depth = tree.as_ref().map_or(0, |t| t.depth);
+    let work = move || then(to_jsonable(decode::decode_tree(tree.as_ref())?)?);
+    if depth <= INLINE_DEPTH {
+        return work();
+    }
+    // Generous for unoptimised builds, which use a few KiB per level.
+    let stack = (1 << 20) + depth.saturating_mul(8 << 10);
+    std::thread::scope(|scope| {
+        match std::thread::Builder::new()
+            .name("yaml-to-json".into())
+            .stack_size(stack)
+            .spawn_scoped(scope, work)
+        {
+            Ok(handle) => handle.join().unwrap_or_else(|_| {
+                Err(crate::Error::Yaml(
+                    "yaml: internal error while decoding".into(),
+                ))
+            }),
+            Err(e) => Err(crate::Error::Yaml(format!(
+                "yaml: document nested too deeply ({depth} levels): {e}"
+            ))),
+        }
+    })
 }
 
 /// sigs.k8s.io/yaml.YAMLToJSON: the first document of `text`, parsed with go-yaml v2 rules.
@@ -162,17 +199,22 @@ fn convert(text: &str) -> Result<Json, crate::Error> {
 /// `error converting YAML to JSON: ` prefix), e.g. `yaml: line 3: mapping values are not
 /// allowed in this context` or `json: unsupported value: +Inf`.
 pub fn yaml_to_json(text: &str) -> Result<serde_json::Value, crate::Error> {
-    to_serde(convert(text)?)
+    convert(text, |json| {
+        // json.Marshal fails on the first NaN/Inf in output order; check before converting.
+        check_floats(&json)?;
+        Ok(to_serde(json))
+    })
 }
 
 /// The same, rendered exactly as Go's json.Marshal would (compact, keys sorted by bytes, Go
 /// escaping and float formatting).
 pub fn yaml_to_json_text(text: &str) -> Result<String, crate::Error> {
-    let json = convert(text)?;
-    let mut out = Vec::new();
-    write_json(&json, &mut out)?;
-    // Every invalid byte was written as `\ufffd`, so the output is valid UTF-8.
-    Ok(gofmt::lossy_string(&out))
+    convert(text, |json| {
+        let mut out = Vec::new();
+        write_json(json, &mut out)?;
+        // Every invalid byte was written as `\ufffd`, so the output is valid UTF-8.
+        Ok(gofmt::lossy_string(&out))
+    })
 }
 
 #[cfg(test)]
@@ -193,6 +235,47 @@ mod tests {
         assert_eq!(
             ok("a: 1\n b: 2\n"),
             "ERR yaml: line 2: mapping values are not allowed in this context"
+        );
+    }
+
+    #[test]
+    fn deep_nesting_does_not_overflow() {
+        let n = 10_000;
+        let flow = format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(yaml_to_json_text(&flow).expect("deep flow parses"), flow);
+        let too_deep = format!("{}{}", "[".repeat(n + 1), "]".repeat(n + 1));
+        assert_eq!(
+            yaml_to_json_text(&too_deep).unwrap_err().to_string(),
+            "yaml: exceeded max depth of 10000"
+        );
+        let mut block = String::new();
+        for i in 0..2000 {
+            block.push_str(&" ".repeat(i));
+            block.push_str("- ");
+            block.push('\n');
+        }
+        assert!(yaml_to_json_text(&block).is_ok());
+    }
+
+    #[test]
+    fn aliases_and_merges() {
+        assert_eq!(
+            ok("a: &x {p: 1, q: 2}\nb:\n  <<: *x\n  q: 3\n"),
+            r#"{"a":{"p":1,"q":2},"b":{"p":1,"q":3}}"#
+        );
+        assert_eq!(
+            ok("a: &x [*x]\n"),
+            "ERR yaml: anchor 'x' value contains itself"
+        );
+        let mut laughs = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9u8 {
+            let (p, c) = (char::from(b'a' + i - 1), char::from(b'a' + i));
+            let refs = vec![format!("*{p}"); 10].join(", ");
+            laughs.push_str(&format!("{c}: &{c} [{refs}]\n"));
+        }
+        assert_eq!(
+            ok(&laughs),
+            "ERR yaml: document contains excessive aliasing"
         );
     }
 }

@@ -86,8 +86,16 @@ fn yaml_err(msg: impl Into<String>) -> crate::Error {
     crate::Error::Yaml(msg.into())
 }
 
+/// The node tree of the first document.
+pub(crate) struct Tree {
+    nodes: Vec<Node>,
+    root: usize,
+    /// The deepest recursion decoding can reach, in nodes (aliases count their target).
+    pub depth: usize,
+}
+
 /// Parses the first document of `text` into a node tree. `Ok(None)` means no document.
-fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
+pub(crate) fn parse_tree(text: &str) -> Result<Option<Tree>, crate::Error> {
     let mut parser = Parser::new(text);
     let mut next = || parser.next_event().map_err(|e| yaml_err(e.message()));
     // `p.init()` expects STREAM-START, then `p.parse()` peeks the document.
@@ -105,6 +113,8 @@ fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
     let mut anchors: HashMap<String, usize> = HashMap::new();
     let mut stack: Vec<usize> = Vec::new();
     let mut root: Option<usize> = None;
+    // Per node, the decode depth once the node is complete (0 while still open).
+    let mut depth: Vec<usize> = Vec::new();
     loop {
         let event = next()?;
         let is_seq = matches!(event, EventKind::SequenceStart { .. });
@@ -121,6 +131,7 @@ fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
                     tag,
                     implicit,
                 });
+                depth.push(1);
                 if let Some(a) = anchor {
                     anchors.insert(a, idx);
                 }
@@ -137,6 +148,8 @@ fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
                     name: anchor,
                     target,
                 });
+                // An open target is an ancestor: decoding stops there with an error.
+                depth.push(1 + depth[target].max(1));
                 Some((idx, false))
             }
             EventKind::SequenceStart { anchor } | EventKind::MappingStart { anchor } => {
@@ -146,13 +159,18 @@ fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
                 } else {
                     Node::Mapping(Vec::new())
                 });
+                depth.push(0);
                 if let Some(a) = anchor {
                     anchors.insert(a, idx);
                 }
                 Some((idx, true))
             }
             EventKind::SequenceEnd | EventKind::MappingEnd => {
-                stack.pop();
+                if let Some(done) = stack.pop()
+                    && let Node::Sequence(children) | Node::Mapping(children) = &nodes[done]
+                {
+                    depth[done] = 1 + children.iter().map(|&c| depth[c]).max().unwrap_or(0);
+                }
                 None
             }
             EventKind::StreamEnd => {
@@ -181,7 +199,13 @@ fn build_tree(text: &str) -> Result<Option<(Vec<Node>, usize)>, crate::Error> {
         {
             // `p.expect(yaml_DOCUMENT_END_EVENT)`: peeks one more event, which may fail.
             match next()? {
-                EventKind::DocumentEnd => return Ok(Some((nodes, r))),
+                EventKind::DocumentEnd => {
+                    return Ok(Some(Tree {
+                        depth: depth[r],
+                        nodes,
+                        root: r,
+                    }));
+                }
                 EventKind::StreamEnd => {
                     return Err(yaml_err(
                         "yaml: attempted to go past the end of stream; corrupted value?",
@@ -386,13 +410,14 @@ fn scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, crate::Error>
     })
 }
 
-/// `yaml.Unmarshal(text, &obj)` with `obj interface{}`: `GoVal::Nil` for no document.
-pub(crate) fn unmarshal(text: &str) -> Result<GoVal, crate::Error> {
-    let Some((nodes, root)) = build_tree(text)? else {
+/// The decode half of `yaml.Unmarshal(text, &obj)` with `obj interface{}`; `None` (no
+/// document) gives `GoVal::Nil`. Recursion goes as deep as [`Tree::depth`].
+pub(crate) fn decode_tree(tree: Option<&Tree>) -> Result<GoVal, crate::Error> {
+    let Some(tree) = tree else {
         return Ok(GoVal::Nil);
     };
     let mut decoder = Decoder {
-        nodes: &nodes,
+        nodes: &tree.nodes,
         active_aliases: HashSet::new(),
         decode_count: 0,
         alias_count: 0,
@@ -400,7 +425,7 @@ pub(crate) fn unmarshal(text: &str) -> Result<GoVal, crate::Error> {
     };
     // The document node itself counts as one decode.
     decoder.count()?;
-    decoder.value(root)
+    decoder.value(tree.root)
 }
 
 /// A rank per Go type, to order map keys of different types in `%#v` output. Go orders
