@@ -424,3 +424,56 @@ proptest! {
         prop_assert_eq!(index.stats(), IndexStats::default());
     }
 }
+
+// ---- Property test: dependsOn order against naive reachability. ----
+
+proptest! {
+    #[test]
+    fn dependency_order_respects_edges_and_reports_every_cycle(
+        deps in prop::collection::vec(prop::collection::vec(0..7usize, 0..3), 1..7)
+    ) {
+        let n = deps.len();
+        let obj = |i: usize| ObjectRef::new(KUSTOMIZE_GROUP, "Kustomization", "ns", format!("k{i}"));
+        let key = ConfigKey::new(ConfigKind::ConfigMap, "ns", "c");
+        let mut index = ReverseIndex::new();
+        for (i, d) in deps.iter().enumerate() {
+            index.apply(Referrer {
+                object: obj(i),
+                references: vec![Reference { key: key.clone(), optional: false, path: "p".into() }],
+                // Targets >= n are outside the found set and must be ignored.
+                depends_on: d.iter().map(|&j| obj(j)).collect(),
+            });
+        }
+        // reach[a][b]: a depends on b, transitively, through members only.
+        let mut reach = vec![vec![false; n]; n];
+        for (a, d) in deps.iter().enumerate() {
+            for &b in d.iter().filter(|&&b| b < n) {
+                reach[a][b] = true;
+            }
+        }
+        for k in 0..n { for a in 0..n { for b in 0..n {
+            if reach[a][k] && reach[k][b] { reach[a][b] = true; }
+        }}}
+        let out = index.referrers_in_dependency_order(&key);
+        let pos: BTreeMap<ObjectRef, usize> =
+            out.order.iter().cloned().enumerate().map(|(i, o)| (o, i)).collect();
+        prop_assert_eq!(pos.len(), n, "each referrer exactly once");
+        for a in 0..n {
+            for b in 0..n {
+                if reach[a][b] && !reach[b][a] {
+                    prop_assert!(pos[&obj(b)] < pos[&obj(a)], "k{} depends on k{}", a, b);
+                }
+            }
+        }
+        // Cycles: the nodes that reach themselves, grouped by mutual reachability.
+        let mut want: BTreeSet<Vec<ObjectRef>> = BTreeSet::new();
+        for a in (0..n).filter(|&a| reach[a][a]) {
+            let mut scc: Vec<ObjectRef> =
+                (0..n).filter(|&b| reach[a][b] && reach[b][a]).map(obj).collect();
+            scc.sort();
+            want.insert(scc);
+        }
+        let got: BTreeSet<Vec<ObjectRef>> = out.cycles.into_iter().collect();
+        prop_assert_eq!(got, want);
+    }
+}
