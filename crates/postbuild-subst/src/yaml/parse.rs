@@ -198,6 +198,11 @@ fn convert<T: Send>(
 /// Errors are [`crate::Error::Yaml`] with upstream's message (without sigs.k8s.io/yaml's
 /// `error converting YAML to JSON: ` prefix), e.g. `yaml: line 3: mapping values are not
 /// allowed in this context` or `json: unsupported value: +Inf`.
+///
+/// Floats stay `f64` (Go's `8.0` is the number `8` in the text form) and integers are exact
+/// `i64`/`u64`. Strings that `!!binary` decodes to invalid UTF-8 get U+FFFD per bad byte, as
+/// Go's encoder does. The value nests as deeply as the document (go-yaml allows 10000 flow
+/// and 10000 block levels); dropping a value thousands of levels deep needs a matching stack.
 pub fn yaml_to_json(text: &str) -> Result<serde_json::Value, crate::Error> {
     convert(text, |json| {
         // json.Marshal fails on the first NaN/Inf in output order; check before converting.

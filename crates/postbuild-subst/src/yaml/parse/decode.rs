@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::gofmt::{format_g, go_quote};
 use super::parser::{EventKind, Parser};
-use super::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved, TIMESTAMP_TAG};
+use super::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved};
 
 /// A decoded Go value (`interface{}` holding one of go-yaml's result types).
 #[derive(Debug, Clone, PartialEq)]
@@ -398,7 +398,6 @@ fn scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, crate::Error>
             )),
         };
     }
-    let _ = TIMESTAMP_TAG;
     Ok(match resolved {
         Resolved::Null => GoVal::Nil,
         Resolved::Bool(b) => GoVal::Bool(b),

@@ -220,7 +220,7 @@ impl Parser {
     }
 
     fn parse_node(&mut self, block: bool, indentless_sequence: bool) -> ScanResult<EventKind> {
-        let (mut kind, mut start_mark, mut end) = self.peek_marks()?;
+        let (mut kind, mut start_mark, _) = self.peek_marks()?;
         if let TokenKind::Alias(anchor) = kind {
             self.pop_state();
             self.scanner.skip_token();
@@ -229,12 +229,10 @@ impl Parser {
         let mut anchor: Option<String> = None;
         let mut tag_parts: Option<(String, String)> = None;
         let mut tag_mark = Mark::default();
-        let _ = end;
         if let TokenKind::Anchor(a) = &kind {
             anchor = Some(a.clone());
             self.scanner.skip_token();
-            (kind, _, end) = self.peek_marks()?;
-            let _ = end;
+            kind = self.peek_kind()?;
             if let TokenKind::Tag { handle, suffix } = &kind {
                 tag_parts = Some((handle.clone(), suffix.clone()));
                 tag_mark = self.scanner.peek()?.start;
@@ -430,12 +428,12 @@ impl Parser {
             self.marks.push(start);
             self.scanner.skip_token();
         }
-        let (mut kind, mut start, _) = self.peek_marks()?;
+        let (mut kind, start, _) = self.peek_marks()?;
         if kind != TokenKind::FlowSequenceEnd {
             if !first {
                 if kind == TokenKind::FlowEntry {
                     self.scanner.skip_token();
-                    (kind, start, _) = self.peek_marks()?;
+                    kind = self.peek_kind()?;
                 } else {
                     let context = self.pop_mark();
                     return parser_error_context(
@@ -445,7 +443,6 @@ impl Parser {
                     );
                 }
             }
-            let _ = start;
             if kind == TokenKind::Key {
                 self.state = State::FlowSequenceEntryMappingKey;
                 self.scanner.skip_token();
@@ -554,7 +551,6 @@ impl Parser {
 
     fn process_directives(&mut self) -> ScanResult<()> {
         let mut seen_version = false;
-        let mut local: Vec<(String, String)> = Vec::new();
         loop {
             let (kind, start, _) = self.peek_marks()?;
             match kind {
@@ -571,8 +567,7 @@ impl Parser {
                     if self.tag_directives.iter().any(|(h, _)| *h == handle) {
                         return parser_error("found duplicate %TAG directive", start);
                     }
-                    self.tag_directives.push((handle.clone(), prefix.clone()));
-                    local.push((handle, prefix));
+                    self.tag_directives.push((handle, prefix));
                 }
                 _ => break,
             }
@@ -584,7 +579,6 @@ impl Parser {
                     .push((handle.to_string(), prefix.to_string()));
             }
         }
-        let _ = local;
         Ok(())
     }
 }

@@ -903,7 +903,7 @@ impl Scanner {
             self.skip();
             self.need(1)?;
         }
-        let prefix = self.scan_tag_uri(true, None, start)?;
+        let prefix = self.scan_tag_uri(None, start)?;
         self.need(1)?;
         if !is_blankz(self.ch()) {
             return self.scanner_error(start, "did not find expected whitespace or line break");
@@ -945,7 +945,7 @@ impl Scanner {
         if self.at(1) == '<' {
             self.skip();
             self.skip();
-            suffix = self.scan_tag_uri(false, None, start)?;
+            suffix = self.scan_tag_uri(None, start)?;
             if self.ch() != '>' {
                 return self.scanner_error(start, "did not find the expected '>'");
             }
@@ -955,9 +955,9 @@ impl Scanner {
             let first = self.scan_tag_handle(false, start)?;
             if first.len() > 1 && first.starts_with('!') && first.ends_with('!') {
                 handle = first;
-                suffix = self.scan_tag_uri(false, None, start)?;
+                suffix = self.scan_tag_uri(None, start)?;
             } else {
-                let rest = self.scan_tag_uri(false, Some(&first), start)?;
+                let rest = self.scan_tag_uri(Some(&first), start)?;
                 if rest.is_empty() {
                     // The lone '!' tag: empty handle, suffix '!'.
                     handle = String::new();
@@ -980,14 +980,10 @@ impl Scanner {
         })
     }
 
-    fn tag_context_error<T>(&mut self, start: Mark, problem: &str) -> ScanResult<T> {
-        self.scanner_error(start, problem)
-    }
-
     fn scan_tag_handle(&mut self, directive: bool, start: Mark) -> ScanResult<String> {
         self.need(1)?;
         if self.ch() != '!' {
-            return self.tag_context_error(start, "did not find expected '!'");
+            return self.scanner_error(start, "did not find expected '!'");
         }
         let mut s = String::new();
         self.read(&mut s);
@@ -999,17 +995,12 @@ impl Scanner {
         if self.ch() == '!' {
             self.read(&mut s);
         } else if directive && s != "!" {
-            return self.tag_context_error(start, "did not find expected '!'");
+            return self.scanner_error(start, "did not find expected '!'");
         }
         Ok(s)
     }
 
-    fn scan_tag_uri(
-        &mut self,
-        directive: bool,
-        head: Option<&str>,
-        start: Mark,
-    ) -> ScanResult<String> {
+    fn scan_tag_uri(&mut self, head: Option<&str>, start: Mark) -> ScanResult<String> {
         let mut bytes: Vec<u8> = Vec::new();
         let mut has_tag = head.is_some_and(|h| !h.is_empty());
         if let Some(h) = head
@@ -1047,7 +1038,7 @@ impl Scanner {
                 break;
             }
             if c == '%' {
-                self.scan_uri_escapes(directive, start, &mut bytes)?;
+                self.scan_uri_escapes(start, &mut bytes)?;
             } else {
                 let mut buf = [0u8; 4];
                 bytes.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
@@ -1057,35 +1048,29 @@ impl Scanner {
             has_tag = true;
         }
         if !has_tag {
-            return self.tag_context_error(start, "did not find expected tag URI");
+            return self.scanner_error(start, "did not find expected tag URI");
         }
         // URI escapes are checked to form complete UTF-8 sequences, but not that they are
         // valid UTF-8 overall; keep whatever decodes.
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
 
-    fn scan_uri_escapes(
-        &mut self,
-        directive: bool,
-        start: Mark,
-        out: &mut Vec<u8>,
-    ) -> ScanResult<()> {
-        let _ = directive;
+    fn scan_uri_escapes(&mut self, start: Mark, out: &mut Vec<u8>) -> ScanResult<()> {
         let mut width = 1024usize;
         while width > 0 {
             self.need(3)?;
             let (h, l) = (self.at(1), self.at(2));
             if !(self.ch() == '%' && h.is_ascii_hexdigit() && l.is_ascii_hexdigit()) {
-                return self.tag_context_error(start, "did not find URI escaped octet");
+                return self.scanner_error(start, "did not find URI escaped octet");
             }
             let octet = ((h.to_digit(16).unwrap_or(0) << 4) + l.to_digit(16).unwrap_or(0)) as u8;
             if width == 1024 {
                 width = utf8_width(octet);
                 if width == 0 {
-                    return self.tag_context_error(start, "found an incorrect leading UTF-8 octet");
+                    return self.scanner_error(start, "found an incorrect leading UTF-8 octet");
                 }
             } else if octet & 0xC0 != 0x80 {
-                return self.tag_context_error(start, "found an incorrect trailing UTF-8 octet");
+                return self.scanner_error(start, "found an incorrect trailing UTF-8 octet");
             }
             out.push(octet);
             self.skip();
