@@ -200,11 +200,38 @@ pub struct ReverseIndex {
     edges: usize,
 }
 
-fn hash_object_parts<H: Hasher>(group: &str, kind: &str, namespace: &str, name: &str, h: &mut H) {
-    group.hash(h);
-    kind.hash(h);
-    namespace.hash(h);
-    name.hash(h);
+fn hash_key_with(
+    hasher: &DefaultHashBuilder,
+    kind: ConfigKind,
+    namespace: &str,
+    name: &str,
+) -> u64 {
+    let mut h = hasher.build_hasher();
+    hash_key_parts(kind, namespace, name, &mut h);
+    h.finish()
+}
+
+fn hash_object_with(hasher: &DefaultHashBuilder, o: &ObjectRef) -> u64 {
+    let mut h = hasher.build_hasher();
+    o.group.hash(&mut h);
+    o.kind.hash(&mut h);
+    o.namespace.hash(&mut h);
+    o.name.hash(&mut h);
+    h.finish()
+}
+
+/// The hash of the key in slot `id`, for rehashing `key_table`.
+fn key_slot_hash(hasher: &DefaultHashBuilder, keys: &Slab<KeySlot>, id: Id) -> u64 {
+    keys.get(id).map_or(0, |s| {
+        hash_key_with(hasher, s.key.kind, &s.key.namespace, &s.key.name)
+    })
+}
+
+/// The hash of the referrer in slot `id`, for rehashing `referrer_table`.
+fn referrer_slot_hash(hasher: &DefaultHashBuilder, referrers: &Slab<ReferrerSlot>, id: Id) -> u64 {
+    referrers
+        .get(id)
+        .map_or(0, |s| hash_object_with(hasher, &s.object))
 }
 
 /// Shrinks a hash table when it is at most a quarter full (frees it when empty), so memory
@@ -223,20 +250,22 @@ impl ReverseIndex {
         Self::default()
     }
 
-    fn key_hash(&self, kind: ConfigKind, namespace: &str, name: &str) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        hash_key_parts(kind, namespace, name, &mut h);
-        h.finish()
-    }
-
-    fn object_hash(&self, o: &ObjectRef) -> u64 {
-        let mut h = self.hasher.build_hasher();
-        hash_object_parts(&o.group, &o.kind, &o.namespace, &o.name, &mut h);
-        h.finish()
-    }
-
     fn find_key(&self, kind: ConfigKind, namespace: &str, name: &str) -> Option<Id> {
-        let hash = self.key_hash(kind, namespace, name);
+        self.find_key_hashed(
+            hash_key_with(&self.hasher, kind, namespace, name),
+            kind,
+            namespace,
+            name,
+        )
+    }
+
+    fn find_key_hashed(
+        &self,
+        hash: u64,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Id> {
         let keys = &self.keys;
         self.key_table
             .find(hash, |&id| {
@@ -248,7 +277,7 @@ impl ReverseIndex {
     }
 
     fn find_referrer(&self, o: &ObjectRef) -> Option<Id> {
-        let hash = self.object_hash(o);
+        let hash = hash_object_with(&self.hasher, o);
         let referrers = &self.referrers;
         self.referrer_table
             .find(hash, |&id| {
@@ -288,10 +317,10 @@ impl ReverseIndex {
 
     /// The id of `key`, inserting an empty slot when new (the caller adds a referrer right away).
     fn key_id_or_insert(&mut self, key: ConfigKey) -> Id {
-        if let Some(id) = self.find_key(key.kind, &key.namespace, &key.name) {
+        let hash = hash_key_with(&self.hasher, key.kind, &key.namespace, &key.name);
+        if let Some(id) = self.find_key_hashed(hash, key.kind, &key.namespace, &key.name) {
             return id;
         }
-        let hash = self.key_hash(key.kind, &key.namespace, &key.name);
         let key = ConfigKey {
             kind: key.kind,
             namespace: self.intern(&key.namespace),
@@ -302,13 +331,8 @@ impl ReverseIndex {
             referrers: RefSet::Many(Vec::new()),
         });
         let (hasher, keys) = (&self.hasher, &self.keys);
-        self.key_table.insert_unique(hash, id, |&i| {
-            keys.get(i).map_or(0, |s| {
-                let mut h = hasher.build_hasher();
-                hash_key_parts(s.key.kind, &s.key.namespace, &s.key.name, &mut h);
-                h.finish()
-            })
-        });
+        self.key_table
+            .insert_unique(hash, id, |&i| key_slot_hash(hasher, keys, i));
         id
     }
 
@@ -328,11 +352,12 @@ impl ReverseIndex {
             return;
         }
         // Last referrer gone: free the key.
-        let hash = {
-            let mut h = self.hasher.build_hasher();
-            hash_key_parts(slot.key.kind, &slot.key.namespace, &slot.key.name, &mut h);
-            h.finish()
-        };
+        let hash = hash_key_with(
+            &self.hasher,
+            slot.key.kind,
+            &slot.key.namespace,
+            &slot.key.name,
+        );
         if let Ok(entry) = self.key_table.find_entry(hash, |&i| i == key) {
             entry.remove();
         }
@@ -340,13 +365,7 @@ impl ReverseIndex {
             self.release(slot.key.namespace);
         }
         let (hasher, keys) = (&self.hasher, &self.keys);
-        maybe_shrink(&mut self.key_table, |&i| {
-            keys.get(i).map_or(0, |s| {
-                let mut h = hasher.build_hasher();
-                hash_key_parts(s.key.kind, &s.key.namespace, &s.key.name, &mut h);
-                h.finish()
-            })
-        });
+        maybe_shrink(&mut self.key_table, |&i| key_slot_hash(hasher, keys, i));
     }
 
     /// Adds or updates a referrer: its references become exactly `referrer.references`
@@ -379,21 +398,15 @@ impl ReverseIndex {
                 namespace: self.intern(&object.namespace),
                 name: object.name,
             };
-            let hash = self.object_hash(&object);
+            let hash = hash_object_with(&self.hasher, &object);
             let rid = self.referrers.insert(ReferrerSlot {
                 object,
                 keys: Box::default(),
                 depends_on: depends_on.into_boxed_slice(),
             });
             let (hasher, referrers) = (&self.hasher, &self.referrers);
-            self.referrer_table.insert_unique(hash, rid, |&i| {
-                referrers.get(i).map_or(0, |s| {
-                    let mut h = hasher.build_hasher();
-                    let o = &s.object;
-                    hash_object_parts(&o.group, &o.kind, &o.namespace, &o.name, &mut h);
-                    h.finish()
-                })
-            });
+            self.referrer_table
+                .insert_unique(hash, rid, |&i| referrer_slot_hash(hasher, referrers, i));
             for &k in &new_keys {
                 self.link(k, rid);
             }
@@ -458,7 +471,7 @@ impl ReverseIndex {
         let Some(slot) = self.referrers.get(rid) else {
             return;
         };
-        let hash = self.object_hash(&slot.object);
+        let hash = hash_object_with(&self.hasher, &slot.object);
         if let Ok(entry) = self.referrer_table.find_entry(hash, |&i| i == rid) {
             entry.remove();
         }
@@ -477,12 +490,7 @@ impl ReverseIndex {
         self.release(object.namespace);
         let (hasher, referrers) = (&self.hasher, &self.referrers);
         maybe_shrink(&mut self.referrer_table, |&i| {
-            referrers.get(i).map_or(0, |s| {
-                let mut h = hasher.build_hasher();
-                let o = &s.object;
-                hash_object_parts(&o.group, &o.kind, &o.namespace, &o.name, &mut h);
-                h.finish()
-            })
+            referrer_slot_hash(hasher, referrers, i)
         });
     }
 
@@ -578,21 +586,10 @@ impl ReverseIndex {
     pub fn shrink_to_fit(&mut self) {
         let hasher = &self.hasher;
         let (keys, referrers) = (&self.keys, &self.referrers);
-        self.key_table.shrink_to_fit(|&i| {
-            keys.get(i).map_or(0, |s| {
-                let mut h = hasher.build_hasher();
-                hash_key_parts(s.key.kind, &s.key.namespace, &s.key.name, &mut h);
-                h.finish()
-            })
-        });
-        self.referrer_table.shrink_to_fit(|&i| {
-            referrers.get(i).map_or(0, |s| {
-                let mut h = hasher.build_hasher();
-                let o = &s.object;
-                hash_object_parts(&o.group, &o.kind, &o.namespace, &o.name, &mut h);
-                h.finish()
-            })
-        });
+        self.key_table
+            .shrink_to_fit(|&i| key_slot_hash(hasher, keys, i));
+        self.referrer_table
+            .shrink_to_fit(|&i| referrer_slot_hash(hasher, referrers, i));
         self.strings.shrink_to_fit(|t| hasher.hash_one(&**t));
         self.keys.slots.shrink_to_fit();
         self.keys.free.shrink_to_fit();
