@@ -5,6 +5,8 @@
 //! - [`yaml`]: the go-yaml v2 behaviour around it: `JSONToYAML` before, `YAMLToJSON` after.
 //! - the resource layer: what kustomize-controller does for one built resource.
 
+#![doc = include_str!("../README.md")]
+
 pub mod envsubst;
 mod error;
 pub mod resource;
