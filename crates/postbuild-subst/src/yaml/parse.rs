@@ -244,6 +244,23 @@ mod tests {
     }
 
     #[test]
+    fn reader_details() {
+        // A BOM at the start is dropped, CRLF is a line break.
+        assert_eq!(ok("\u{FEFF}a: 1\r\nb: 2\r\n"), r#"{"a":1,"b":2}"#);
+        // The reader validates whole 512-byte chunks: a control character in the first
+        // chunk fails even after the first document, one in a chunk never read does not.
+        assert_eq!(
+            ok("a: 1\n---\n\u{1}\n"),
+            "ERR yaml: control characters are not allowed"
+        );
+        let far = format!("a: 1\n---\n{}\u{1}\n", "#".repeat(1000));
+        assert_eq!(ok(&far), r#"{"a":1}"#);
+        // Only the first document is parsed at all.
+        assert_eq!(ok("a: 1\n---\n: ["), r#"{"a":1}"#);
+        assert_eq!(ok("  a: 1\nb: 2"), r#"{"a":1}"#);
+    }
+
+    #[test]
     fn deep_nesting_does_not_overflow() {
         let n = 10_000;
         let flow = format!("{}{}", "[".repeat(n), "]".repeat(n));
