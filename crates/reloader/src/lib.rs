@@ -1,9 +1,22 @@
-//! Which workloads consume which ConfigMaps and Secrets, content hashes and rollout patches.
+#![doc = include_str!("../README.md")]
 //!
-//! This crate will hold the pure decisions behind conflux's `reload` controller (DESIGN.md
-//! section 5). It does no I/O. The capability is tracked by its own issue; the crate exists now so
-//! the workspace layout is final.
+//! # Modules
+//! - [`consumers`]: which ConfigMaps/Secrets a pod template consumes, and which keys it reads.
+//! - [`workload`]: Deployment, StatefulSet, DaemonSet and CronJob as one [`Workload`].
+//! - [`opt_in`]: the Reloader and wave annotations, and the configs a workload watches.
+//! - [`hash`]: the SHA-256 content hash over exactly what the pods read.
+//! - [`patch`]: the rollout decision and its server-side-apply patch.
+//! - [`index`]: config → workloads, on watch-index's reverse index.
+//!
+//! The crate does no I/O: no client, no clock, no tasks (DESIGN.md section 1 and 5).
 
-/// Errors of this crate.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {}
+pub mod consumers;
+mod error;
+pub mod hash;
+pub mod index;
+pub mod opt_in;
+pub mod patch;
+pub mod workload;
+
+pub use error::{Error, Result};
+pub use workload::{Workload, WorkloadKind};

@@ -1,0 +1,324 @@
+//! Which ConfigMaps and Secrets a pod template consumes, and which keys of them it reads.
+//!
+//! | pod spec field | what is read |
+//! |---|---|
+//! | `containers[].env[].valueFrom.configMapKeyRef` / `secretKeyRef` | that one key |
+//! | `containers[].envFrom[].configMapRef` / `secretRef` | the whole object |
+//! | `volumes[].configMap` / `volumes[].secret` | the whole object, or only `items[].key` |
+//! | `volumes[].projected.sources[].configMap` / `.secret` | the whole object, or only `items[].key` |
+//!
+//! Init containers count like regular ones. Ephemeral containers are skipped: they are added to
+//! running pods and never restarted by a rollout. `imagePullSecrets` are skipped too: they are read
+//! at image pull, and a running pod does not depend on their content.
+//!
+//! References to the same object are merged: the keys read are the union (the whole object wins),
+//! and the object is [`optional`](Consumption::optional) only when every reference says so, because
+//! one required reference is enough for the kubelet to refuse to start the pod without it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::core::v1::{Container, KeyToPath, PodSpec, PodTemplateSpec};
+use watch_index::refs::ConfigKind;
+
+/// The keys of a ConfigMap/Secret a pod reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Keys {
+    /// Every key (`envFrom`, or a volume without `items`).
+    All,
+    /// Only these keys (`*KeyRef`, or volume `items`).
+    Only(BTreeSet<String>),
+}
+
+impl Keys {
+    /// Whether a change of `key` is visible to the pod.
+    pub fn reads(&self, key: &str) -> bool {
+        match self {
+            Keys::All => true,
+            Keys::Only(keys) => keys.contains(key),
+        }
+    }
+
+    fn merge(&mut self, other: Keys) {
+        match (&mut *self, other) {
+            (Keys::All, _) => {}
+            (_, Keys::All) => *self = Keys::All,
+            (Keys::Only(mine), Keys::Only(theirs)) => mine.extend(theirs),
+        }
+    }
+}
+
+/// One ConfigMap or Secret a pod template consumes (in the workload's namespace).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Consumption {
+    /// ConfigMap or Secret.
+    pub kind: ConfigKind,
+    /// Its name.
+    pub name: String,
+    /// The keys the pod reads.
+    pub keys: Keys,
+    /// Every reference to it says `optional: true` (the pod starts without it).
+    pub optional: bool,
+}
+
+/// The consumptions of a pod template, merged per object, sorted by (kind, name).
+pub fn pod_template_consumers(template: &PodTemplateSpec) -> Vec<Consumption> {
+    template
+        .spec
+        .as_ref()
+        .map(pod_spec_consumers)
+        .unwrap_or_default()
+}
+
+/// The consumptions of a pod spec, merged per object, sorted by (kind, name).
+pub fn pod_spec_consumers(spec: &PodSpec) -> Vec<Consumption> {
+    let mut found = Collector::default();
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    for container in init.iter().chain(&spec.containers) {
+        found.container(container);
+    }
+    for volume in spec.volumes.as_deref().unwrap_or_default() {
+        if let Some(cm) = &volume.config_map {
+            found.add(
+                ConfigKind::ConfigMap,
+                &cm.name,
+                items_keys(cm.items.as_deref()),
+                cm.optional,
+            );
+        }
+        if let Some(secret) = &volume.secret {
+            let name = secret.secret_name.as_deref().unwrap_or_default();
+            let keys = items_keys(secret.items.as_deref());
+            found.add(ConfigKind::Secret, name, keys, secret.optional);
+        }
+        let sources = volume.projected.as_ref().and_then(|p| p.sources.as_deref());
+        for source in sources.unwrap_or_default() {
+            if let Some(cm) = &source.config_map {
+                let keys = items_keys(cm.items.as_deref());
+                found.add(ConfigKind::ConfigMap, &cm.name, keys, cm.optional);
+            }
+            if let Some(secret) = &source.secret {
+                let keys = items_keys(secret.items.as_deref());
+                found.add(ConfigKind::Secret, &secret.name, keys, secret.optional);
+            }
+        }
+    }
+    found
+        .0
+        .into_iter()
+        .map(|((kind, name), (keys, optional))| Consumption {
+            kind,
+            name,
+            keys,
+            optional,
+        })
+        .collect()
+}
+
+/// `items` given (even empty, which the API server rejects anyway) means only those keys.
+fn items_keys(items: Option<&[KeyToPath]>) -> Keys {
+    match items {
+        None => Keys::All,
+        Some(items) => Keys::Only(items.iter().map(|i| i.key.clone()).collect()),
+    }
+}
+
+#[derive(Default)]
+struct Collector(BTreeMap<(ConfigKind, String), (Keys, bool)>);
+
+impl Collector {
+    fn add(&mut self, kind: ConfigKind, name: &str, keys: Keys, optional: Option<bool>) {
+        // An empty name is invalid in the API; there is nothing to watch.
+        if name.is_empty() {
+            return;
+        }
+        let optional = optional == Some(true);
+        match self.0.get_mut(&(kind, name.to_owned())) {
+            Some((k, o)) => {
+                k.merge(keys);
+                *o &= optional;
+            }
+            None => {
+                self.0.insert((kind, name.to_owned()), (keys, optional));
+            }
+        }
+    }
+
+    fn container(&mut self, c: &Container) {
+        for env in c.env.as_deref().unwrap_or_default() {
+            let Some(from) = &env.value_from else {
+                continue;
+            };
+            if let Some(r) = &from.config_map_key_ref {
+                let keys = Keys::Only(BTreeSet::from([r.key.clone()]));
+                self.add(ConfigKind::ConfigMap, &r.name, keys, r.optional);
+            }
+            if let Some(r) = &from.secret_key_ref {
+                let keys = Keys::Only(BTreeSet::from([r.key.clone()]));
+                self.add(ConfigKind::Secret, &r.name, keys, r.optional);
+            }
+        }
+        for from in c.env_from.as_deref().unwrap_or_default() {
+            if let Some(r) = &from.config_map_ref {
+                self.add(ConfigKind::ConfigMap, &r.name, Keys::All, r.optional);
+            }
+            if let Some(r) = &from.secret_ref {
+                self.add(ConfigKind::Secret, &r.name, Keys::All, r.optional);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    type Row = (String, Option<Vec<String>>, bool);
+
+    fn consumers(spec: Value) -> Vec<Row> {
+        let spec: PodSpec = serde_json::from_value(spec).unwrap();
+        pod_spec_consumers(&spec)
+            .into_iter()
+            .map(|c| {
+                let keys = match c.keys {
+                    Keys::All => None,
+                    Keys::Only(k) => Some(k.into_iter().collect()),
+                };
+                (format!("{}/{}", c.kind, c.name), keys, c.optional)
+            })
+            .collect()
+    }
+
+    fn c(name: &str, keys: Option<&[&str]>, optional: bool) -> Row {
+        let keys = keys.map(|k| k.iter().map(|s| s.to_string()).collect());
+        (name.to_owned(), keys, optional)
+    }
+
+    #[test]
+    fn every_consumer_form() {
+        let cases: Vec<(&str, Value, Vec<_>)> = vec![
+            (
+                "env configMapKeyRef reads one key",
+                json!({"containers": [{"name": "a", "env": [
+                    {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}]}]}),
+                vec![c("ConfigMap/cm", Some(&["k"]), false)],
+            ),
+            (
+                "env secretKeyRef optional",
+                json!({"containers": [{"name": "a", "env": [
+                    {"name": "X", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw", "optional": true}}}]}]}),
+                vec![c("Secret/s", Some(&["pw"]), true)],
+            ),
+            (
+                "plain env and fieldRef are not consumers",
+                json!({"containers": [{"name": "a", "env": [
+                    {"name": "X", "value": "1"},
+                    {"name": "Y", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]}),
+                vec![],
+            ),
+            (
+                "envFrom reads the whole object",
+                json!({"containers": [{"name": "a", "envFrom": [
+                    {"configMapRef": {"name": "cm"}}, {"secretRef": {"name": "s", "optional": true}, "prefix": "P_"}]}]}),
+                vec![c("ConfigMap/cm", None, false), c("Secret/s", None, true)],
+            ),
+            (
+                "volumes without items read everything",
+                json!({"containers": [{"name": "a"}], "volumes": [
+                    {"name": "v1", "configMap": {"name": "cm"}},
+                    {"name": "v2", "secret": {"secretName": "s", "optional": true}}]}),
+                vec![c("ConfigMap/cm", None, false), c("Secret/s", None, true)],
+            ),
+            (
+                "volumes with items read only those keys",
+                json!({"containers": [{"name": "a"}], "volumes": [
+                    {"name": "v1", "configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}, {"key": "b", "path": "x/b"}]}},
+                    {"name": "v2", "secret": {"secretName": "s", "items": [{"key": "tls.crt", "path": "crt"}]}}]}),
+                vec![
+                    c("ConfigMap/cm", Some(&["a", "b"]), false),
+                    c("Secret/s", Some(&["tls.crt"]), false),
+                ],
+            ),
+            (
+                "projected sources with and without items",
+                json!({"containers": [{"name": "a"}], "volumes": [{"name": "p", "projected": {"sources": [
+                    {"configMap": {"name": "cm", "items": [{"key": "a", "path": "a"}]}},
+                    {"secret": {"name": "s", "optional": true}},
+                    {"serviceAccountToken": {"path": "token"}},
+                    {"downwardAPI": {"items": []}}]}}]}),
+                vec![
+                    c("ConfigMap/cm", Some(&["a"]), false),
+                    c("Secret/s", None, true),
+                ],
+            ),
+            (
+                "init containers count",
+                json!({"initContainers": [{"name": "i", "envFrom": [{"configMapRef": {"name": "init-cm"}}]}],
+                       "containers": [{"name": "a"}]}),
+                vec![c("ConfigMap/init-cm", None, false)],
+            ),
+            (
+                "ephemeral containers do not",
+                json!({"containers": [{"name": "a"}], "ephemeralContainers": [
+                    {"name": "dbg", "envFrom": [{"configMapRef": {"name": "dbg"}}]}]}),
+                vec![],
+            ),
+            (
+                "keys merge across references; whole object wins",
+                json!({"containers": [
+                    {"name": "a", "env": [
+                        {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "x"}}},
+                        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "a"}}}]},
+                    {"name": "b", "env": [{"name": "Y", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "y"}}}],
+                     "envFrom": [{"secretRef": {"name": "s"}}]}]}),
+                vec![
+                    c("ConfigMap/cm", Some(&["x", "y"]), false),
+                    c("Secret/s", None, false),
+                ],
+            ),
+            (
+                "optional only when every reference is optional",
+                json!({"containers": [{"name": "a", "envFrom": [
+                    {"configMapRef": {"name": "both", "optional": true}},
+                    {"configMapRef": {"name": "opt", "optional": true}}]}],
+                    "volumes": [{"name": "v", "configMap": {"name": "both", "optional": false}},
+                                {"name": "w", "configMap": {"name": "opt", "optional": true}}]}),
+                vec![
+                    c("ConfigMap/both", None, false),
+                    c("ConfigMap/opt", None, true),
+                ],
+            ),
+            (
+                "same name as ConfigMap and Secret are two objects, sorted by kind",
+                json!({"containers": [{"name": "a", "envFrom": [
+                    {"secretRef": {"name": "app"}}, {"configMapRef": {"name": "app"}}]}]}),
+                vec![
+                    c("ConfigMap/app", None, false),
+                    c("Secret/app", None, false),
+                ],
+            ),
+            (
+                "empty names are skipped",
+                json!({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": ""}}]}],
+                       "volumes": [{"name": "v", "secret": {}}]}),
+                vec![],
+            ),
+        ];
+        for (what, spec, want) in cases {
+            assert_eq!(consumers(spec), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn template_without_spec_consumes_nothing() {
+        assert!(pod_template_consumers(&PodTemplateSpec::default()).is_empty());
+    }
+
+    #[test]
+    fn keys_reads() {
+        assert!(Keys::All.reads("anything"));
+        let only = Keys::Only(BTreeSet::from(["a".to_owned()]));
+        assert!(only.reads("a"));
+        assert!(!only.reads("b"));
+    }
+}

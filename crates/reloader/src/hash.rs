@@ -1,0 +1,420 @@
+//! The content hash of what a workload's pods read from its watched ConfigMaps and Secrets.
+//!
+//! SHA-256 over this encoding (version 1), where `lp(x)` is the 8-byte big-endian length of `x`
+//! followed by its bytes, and `u8`/`u64` are big-endian integers:
+//!
+//! ```text
+//! lp("conflux.dev/config-hash/v1")  u64(number of configs)
+//! per config, sorted by (kind, name), ConfigMap before Secret:
+//!   u8(kind: 0 ConfigMap, 1 Secret)  lp(name)
+//!   absent:  u8(0)
+//!   present: u8(1) then
+//!     whole object (envFrom, volume without items):
+//!       u8(0) u64(n) then per key, sorted: lp(key) u8(0 data | 1 binaryData) lp(value)
+//!     some keys (*KeyRef, items):
+//!       u8(1) u64(n) then per key read, sorted: lp(key) then u8(0) if missing,
+//!       or u8(1) u8(0 data | 1 binaryData) lp(value)
+//! ```
+//!
+//! So the hash changes exactly when something the pod reads changes: a key it reads, the key set
+//! of an object it reads whole, a config appearing or disappearing. A change to a key it does not
+//! read changes nothing. Secret values are the decoded bytes (`data`); `stringData` is write-only in
+//! the API and never read back. The result is lower-case hex of the 32-byte digest. The encoding is
+//! part of the contract: changing it would roll every workload once, so it carries a version.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use sha2::{Digest, Sha256};
+use watch_index::refs::ConfigKind;
+
+use crate::consumers::{Consumption, Keys};
+
+/// The domain tag at the start of every encoding.
+const DOMAIN: &[u8] = b"conflux.dev/config-hash/v1";
+
+/// The data of one ConfigMap or Secret, borrowed from the object.
+#[derive(Debug, Clone, Copy)]
+pub enum ConfigData<'a> {
+    /// A ConfigMap's `data` and `binaryData`.
+    ConfigMap {
+        /// `data` (UTF-8 values).
+        data: Option<&'a BTreeMap<String, String>>,
+        /// `binaryData`.
+        binary_data: Option<&'a BTreeMap<String, ByteString>>,
+    },
+    /// A Secret's `data`.
+    Secret {
+        /// `data` (decoded bytes).
+        data: Option<&'a BTreeMap<String, ByteString>>,
+    },
+}
+
+impl<'a> ConfigData<'a> {
+    /// The data of a ConfigMap.
+    pub fn from_config_map(cm: &'a ConfigMap) -> Self {
+        ConfigData::ConfigMap {
+            data: cm.data.as_ref(),
+            binary_data: cm.binary_data.as_ref(),
+        }
+    }
+
+    /// The data of a Secret.
+    pub fn from_secret(secret: &'a Secret) -> Self {
+        ConfigData::Secret {
+            data: secret.data.as_ref(),
+        }
+    }
+
+    /// One key's value and its source (0 `data`, 1 `binaryData`).
+    fn get(&self, key: &str) -> Option<(u8, &'a [u8])> {
+        match *self {
+            ConfigData::ConfigMap { data, binary_data } => data
+                .and_then(|d| d.get(key))
+                .map(|v| (0, v.as_bytes()))
+                .or_else(|| {
+                    binary_data
+                        .and_then(|d| d.get(key))
+                        .map(|v| (1, v.0.as_slice()))
+                }),
+            ConfigData::Secret { data } => {
+                data.and_then(|d| d.get(key)).map(|v| (0, v.0.as_slice()))
+            }
+        }
+    }
+
+    /// Every entry, sorted by key then source.
+    fn entries(&self) -> Vec<(&'a str, u8, &'a [u8])> {
+        let mut out: Vec<(&str, u8, &[u8])> = Vec::new();
+        match *self {
+            ConfigData::ConfigMap { data, binary_data } => {
+                let text = data.into_iter().flatten();
+                out.extend(text.map(|(k, v)| (k.as_str(), 0, v.as_bytes())));
+                let bin = binary_data.into_iter().flatten();
+                out.extend(bin.map(|(k, v)| (k.as_str(), 1, v.0.as_slice())));
+                // Each map is sorted; a key in both (rejected by the API) sorts by source.
+                out.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+            }
+            ConfigData::Secret { data } => {
+                let d = data.into_iter().flatten();
+                out.extend(d.map(|(k, v)| (k.as_str(), 0, v.0.as_slice())));
+            }
+        }
+        out
+    }
+}
+
+/// A workload's content hash, and what is missing for it to be trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentHash {
+    /// Lower-case hex SHA-256 of the encoding in the [module docs](self).
+    pub hex: String,
+    /// Watched configs that are absent although a reference to them is not optional. A rollout now
+    /// would make pods that cannot start, so [`decide`](crate::patch::decide) holds it until they
+    /// exist again.
+    pub missing_required: Vec<(ConfigKind, String)>,
+}
+
+fn lp(h: &mut Sha256, bytes: &[u8]) {
+    h.update((bytes.len() as u64).to_be_bytes());
+    h.update(bytes);
+}
+
+/// Hashes what the pods read from `watched` (from
+/// [`watched_configs`](crate::opt_in::watched_configs)), fetching each config with `lookup`
+/// (`None` = absent). The order of `watched` does not matter; each object should appear once.
+pub fn content_hash<'a>(
+    watched: &[Consumption],
+    lookup: impl Fn(ConfigKind, &str) -> Option<ConfigData<'a>>,
+) -> ContentHash {
+    let mut sorted: Vec<&Consumption> = watched.iter().collect();
+    sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    let mut h = Sha256::new();
+    let mut missing_required = Vec::new();
+    lp(&mut h, DOMAIN);
+    h.update((sorted.len() as u64).to_be_bytes());
+    for c in sorted {
+        h.update([match c.kind {
+            ConfigKind::ConfigMap => 0u8,
+            ConfigKind::Secret => 1,
+        }]);
+        lp(&mut h, c.name.as_bytes());
+        let Some(data) = lookup(c.kind, &c.name) else {
+            h.update([0u8]);
+            if !c.optional {
+                missing_required.push((c.kind, c.name.clone()));
+            }
+            continue;
+        };
+        h.update([1u8]);
+        match &c.keys {
+            Keys::All => {
+                let entries = data.entries();
+                h.update([0u8]);
+                h.update((entries.len() as u64).to_be_bytes());
+                for (key, source, value) in entries {
+                    lp(&mut h, key.as_bytes());
+                    h.update([source]);
+                    lp(&mut h, value);
+                }
+            }
+            Keys::Only(keys) => {
+                h.update([1u8]);
+                h.update((keys.len() as u64).to_be_bytes());
+                for key in keys {
+                    lp(&mut h, key.as_bytes());
+                    match data.get(key) {
+                        None => h.update([0u8]),
+                        Some((source, value)) => {
+                            h.update([1u8, source]);
+                            lp(&mut h, value);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let digest = h.finalize();
+    let mut hex = String::with_capacity(64);
+    for b in digest {
+        // Writing to a String cannot fail.
+        let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{b:02x}"));
+    }
+    ContentHash {
+        hex,
+        missing_required,
+    }
+}
+
+#[cfg(test)]
+// Test tables are tuples on purpose: one row per line reads best.
+#[allow(clippy::type_complexity)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    type Store =
+        BTreeMap<(ConfigKind, String), (BTreeMap<String, String>, BTreeMap<String, ByteString>)>;
+
+    fn store(entries: &[(ConfigKind, &str, &[(&str, &str)], &[(&str, &[u8])])]) -> Store {
+        entries
+            .iter()
+            .map(|(kind, name, data, bin)| {
+                let data = data
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                let bin = bin
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.to_vec())))
+                    .collect();
+                ((*kind, name.to_string()), (data, bin))
+            })
+            .collect()
+    }
+
+    fn hash(watched: &[Consumption], s: &Store) -> ContentHash {
+        content_hash(watched, |kind, name| {
+            let (data, bin) = s.get(&(kind, name.to_owned()))?;
+            Some(match kind {
+                ConfigKind::ConfigMap => ConfigData::ConfigMap {
+                    data: Some(data),
+                    binary_data: Some(bin),
+                },
+                ConfigKind::Secret => ConfigData::Secret { data: Some(bin) },
+            })
+        })
+    }
+
+    fn whole(kind: ConfigKind, name: &str, optional: bool) -> Consumption {
+        Consumption {
+            kind,
+            name: name.into(),
+            keys: Keys::All,
+            optional,
+        }
+    }
+
+    fn only(kind: ConfigKind, name: &str, keys: &[&str]) -> Consumption {
+        let keys = keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+        Consumption {
+            kind,
+            name: name.into(),
+            keys: Keys::Only(keys),
+            optional: false,
+        }
+    }
+
+    use ConfigKind::{ConfigMap, Secret};
+
+    fn base() -> Store {
+        store(&[
+            (
+                ConfigMap,
+                "app",
+                &[("a", "1"), ("b", "2")],
+                &[("bin", b"\x00\x01")],
+            ),
+            (Secret, "creds", &[], &[("user", b"u"), ("pw", b"p")]),
+        ])
+    }
+
+    #[test]
+    fn golden_values() {
+        // These values are the contract: a change here rolls every workload in every cluster once.
+        // They were computed independently from the documented encoding (a short Python script).
+        let s = base();
+        let cases: [(&[Consumption], &str); 4] = [
+            (
+                &[],
+                "a2823e949b6b70e19ec444737f3df3d73aef945b2964db1d4334a433f1ecbdb0",
+            ),
+            (
+                &[whole(ConfigMap, "app", false)],
+                "8c16f193cc70794ef8e3bfd4356b7aa586d5e4a42e37ca766d542326b0489a90",
+            ),
+            (
+                &[
+                    only(ConfigMap, "app", &["a"]),
+                    only(Secret, "creds", &["pw"]),
+                ],
+                "444329693df1306240a9069992c7069f648360e4dd3189d9f54cc4830e13cde4",
+            ),
+            (
+                &[whole(ConfigMap, "missing", true)],
+                "5f2c7c997ec5974185f15be561fb0b5fe363e659c6928191d084b1de121f6152",
+            ),
+        ];
+        for (watched, want) in cases {
+            assert_eq!(hash(watched, &s).hex, want, "{watched:?}");
+        }
+    }
+
+    #[test]
+    fn changes_only_when_a_read_key_changes() {
+        let watched = [
+            only(ConfigMap, "app", &["a"]),
+            whole(Secret, "creds", false),
+        ];
+        let before = hash(&watched, &base()).hex;
+        let edits: [(&str, fn(&mut Store), bool); 7] = [
+            (
+                "unread key changed",
+                |s| {
+                    s.get_mut(&(ConfigMap, "app".into()))
+                        .unwrap()
+                        .0
+                        .insert("b".into(), "9".into());
+                },
+                false,
+            ),
+            (
+                "unread key added",
+                |s| {
+                    s.get_mut(&(ConfigMap, "app".into()))
+                        .unwrap()
+                        .0
+                        .insert("c".into(), "9".into());
+                },
+                false,
+            ),
+            (
+                "unread binary key changed",
+                |s| {
+                    s.get_mut(&(ConfigMap, "app".into()))
+                        .unwrap()
+                        .1
+                        .insert("bin".into(), ByteString(vec![7]));
+                },
+                false,
+            ),
+            (
+                "read key changed",
+                |s| {
+                    s.get_mut(&(ConfigMap, "app".into()))
+                        .unwrap()
+                        .0
+                        .insert("a".into(), "9".into());
+                },
+                true,
+            ),
+            (
+                "read key removed",
+                |s| {
+                    s.get_mut(&(ConfigMap, "app".into())).unwrap().0.remove("a");
+                },
+                true,
+            ),
+            (
+                "whole object: key added",
+                |s| {
+                    s.get_mut(&(Secret, "creds".into()))
+                        .unwrap()
+                        .1
+                        .insert("x".into(), ByteString(vec![]));
+                },
+                true,
+            ),
+            (
+                "whole object: deleted",
+                |s| {
+                    s.remove(&(Secret, "creds".into()));
+                },
+                true,
+            ),
+        ];
+        for (what, edit, changes) in edits {
+            let mut s = base();
+            edit(&mut s);
+            assert_eq!(hash(&watched, &s).hex != before, changes, "{what}");
+        }
+    }
+
+    #[test]
+    fn binary_data_counts_and_sources_are_distinct() {
+        let watched = [whole(ConfigMap, "app", false)];
+        let before = hash(&watched, &base()).hex;
+        let mut s = base();
+        s.get_mut(&(ConfigMap, "app".into()))
+            .unwrap()
+            .1
+            .insert("bin".into(), ByteString(vec![9]));
+        assert_ne!(hash(&watched, &s).hex, before);
+        // The same bytes moved from data to binaryData are a different object.
+        let a = store(&[(ConfigMap, "x", &[("k", "v")], &[])]);
+        let b = store(&[(ConfigMap, "x", &[], &[("k", b"v")])]);
+        let w = [whole(ConfigMap, "x", false)];
+        assert_ne!(hash(&w, &a).hex, hash(&w, &b).hex);
+        let w = [only(ConfigMap, "x", &["k"])];
+        assert_ne!(hash(&w, &a).hex, hash(&w, &b).hex);
+    }
+
+    #[test]
+    fn absent_is_distinct_from_empty_and_order_free() {
+        let empty = store(&[(ConfigMap, "x", &[], &[])]);
+        let none = Store::new();
+        let w = [whole(ConfigMap, "x", true)];
+        assert_ne!(hash(&w, &empty).hex, hash(&w, &none).hex);
+        assert!(hash(&w, &none).missing_required.is_empty());
+        let w = [whole(ConfigMap, "x", false)];
+        assert_eq!(
+            hash(&w, &none).missing_required,
+            [(ConfigMap, "x".to_owned())]
+        );
+        // Same name, other kind: a different object.
+        let s = store(&[(ConfigMap, "n", &[], &[]), (Secret, "n", &[], &[])]);
+        let ab = [whole(ConfigMap, "n", false), whole(Secret, "n", false)];
+        let ba = [whole(Secret, "n", false), whole(ConfigMap, "n", false)];
+        assert_eq!(hash(&ab, &s).hex, hash(&ba, &s).hex);
+        assert_ne!(hash(&ab[..1], &s).hex, hash(&ba[..1], &s).hex);
+    }
+
+    #[test]
+    fn length_prefixes_prevent_ambiguity() {
+        let a = store(&[(ConfigMap, "x", &[("ab", "c")], &[])]);
+        let b = store(&[(ConfigMap, "x", &[("a", "bc")], &[])]);
+        let w = [whole(ConfigMap, "x", false)];
+        assert_ne!(hash(&w, &a).hex, hash(&w, &b).hex);
+    }
+}

@@ -1,0 +1,215 @@
+//! The consumer index: ConfigMap/Secret → the workloads that roll when it changes.
+//!
+//! Built on [`watch_index::index::ReverseIndex`]: each opted-in workload is a
+//! [`Referrer`] whose references are the configs its pod template consumes plus the literal names
+//! of its `reload` lists (Reloader rolls for a named config even when the pod does not consume
+//! it). `reload` entries that are real regexes cannot be keys; such workloads are kept in a small
+//! per-namespace list and matched at lookup. Next to the reverse index, each workload keeps what it
+//! reads (its [`Consumption`]s) and its parsed [`OptIn`], so a lookup can apply the config's own
+//! annotations (`ignore`, `match`) and say which keys each workload reads.
+//!
+//! Like watch-index, a plain data structure: feed it workloads with [`apply`](ConsumerIndex::apply)
+//! and [`delete`](ConsumerIndex::delete) as the watcher sees them, and ask it
+//! [`lookup`](ConsumerIndex::lookup) when a config changes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use watch_index::index::ReverseIndex;
+use watch_index::refs::{ConfigKey, ConfigKind, ObjectRef, Reference, Referrer};
+
+use crate::consumers::{Consumption, Keys};
+use crate::opt_in::{NamePattern, OptIn, Options, Reason};
+use crate::workload::Workload;
+
+/// What the index keeps per workload.
+#[derive(Debug, Clone)]
+pub struct IndexedWorkload {
+    /// What its pod template consumes, sorted by (kind, name).
+    pub consumers: Vec<Consumption>,
+    /// Its opt-in.
+    pub opt_in: OptIn,
+}
+
+impl IndexedWorkload {
+    /// The consumption of one config, if the pod template consumes it.
+    pub fn consumption(&self, kind: ConfigKind, name: &str) -> Option<&Consumption> {
+        self.consumers
+            .binary_search_by(|c| (c.kind, c.name.as_str()).cmp(&(kind, name)))
+            .ok()
+            .and_then(|i| self.consumers.get(i))
+    }
+}
+
+/// A workload that rolls for a changed config: re-hash it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hit<'a> {
+    /// The workload (group, kind, namespace, name).
+    pub workload: &'a ObjectRef,
+    /// Why it rolls.
+    pub reason: Reason,
+    /// The keys of the config it reads; `None` when only a `reload` list names the config (the
+    /// whole object is hashed then).
+    pub keys: Option<&'a Keys>,
+}
+
+/// Config → workloads to re-hash. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct ConsumerIndex {
+    options: Options,
+    references: ReverseIndex,
+    workloads: HashMap<ObjectRef, IndexedWorkload>,
+    /// Per namespace, the workloads whose `reload` lists hold a real regex.
+    regex_named: BTreeMap<Arc<str>, BTreeSet<ObjectRef>>,
+}
+
+impl ConsumerIndex {
+    /// An empty index; `options` are used for every opt-in decision.
+    pub fn new(options: Options) -> Self {
+        ConsumerIndex {
+            options,
+            ..Default::default()
+        }
+    }
+
+    /// Adds or updates a workload (its add/update event). Returns whether it is indexed: workloads
+    /// without a name, namespace or any opt-in are removed instead.
+    pub fn apply(&mut self, workload: Workload<'_>) -> bool {
+        let Some(object) = workload.object_ref() else {
+            return false;
+        };
+        self.apply_parts(object, workload.consumers(), OptIn::of(workload))
+    }
+
+    /// [`apply`](Self::apply) from parts, for callers that already extracted them.
+    pub fn apply_parts(
+        &mut self,
+        object: ObjectRef,
+        consumers: Vec<Consumption>,
+        opt_in: OptIn,
+    ) -> bool {
+        self.forget_regex(&object);
+        if !opt_in.is_enabled(self.options) {
+            self.delete(&object);
+            return false;
+        }
+        let path: Arc<str> = Arc::from("pod template");
+        let mut references: Vec<Reference> = consumers
+            .iter()
+            .map(|c| Reference {
+                key: ConfigKey::new(c.kind, object.namespace.clone(), c.name.as_str()),
+                optional: c.optional,
+                path: path.clone(),
+            })
+            .collect();
+        let named_path: Arc<str> = Arc::from("reload annotation");
+        for kind in [ConfigKind::ConfigMap, ConfigKind::Secret] {
+            for literal in opt_in
+                .named_patterns(kind)
+                .iter()
+                .filter_map(NamePattern::as_literal)
+            {
+                references.push(Reference {
+                    key: ConfigKey::new(kind, object.namespace.clone(), literal),
+                    optional: true,
+                    path: named_path.clone(),
+                });
+            }
+        }
+        if opt_in.has_regex_patterns() {
+            self.regex_named
+                .entry(object.namespace.clone())
+                .or_default()
+                .insert(object.clone());
+        }
+        // A workload without references stays in the map (a regex list may still match), and the
+        // reverse index drops it by itself.
+        self.references.apply(Referrer {
+            object: object.clone(),
+            references,
+            depends_on: Vec::new(),
+        });
+        let mut consumers = consumers;
+        consumers.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        self.workloads
+            .insert(object, IndexedWorkload { consumers, opt_in });
+        true
+    }
+
+    fn forget_regex(&mut self, object: &ObjectRef) {
+        if let Some(set) = self.regex_named.get_mut(&object.namespace) {
+            set.remove(object);
+            if set.is_empty() {
+                self.regex_named.remove(&object.namespace);
+            }
+        }
+    }
+
+    /// Removes a workload (its delete event). Returns whether it was indexed.
+    pub fn delete(&mut self, object: &ObjectRef) -> bool {
+        self.forget_regex(object);
+        self.references.delete(object);
+        self.workloads.remove(object).is_some()
+    }
+
+    /// The workloads that roll when the config `kind`/`namespace`/`name` changes, given the config's
+    /// annotations (from its latest metadata; the last known ones on delete). Sorted by workload.
+    pub fn lookup(
+        &self,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+        config_annotations: Option<&BTreeMap<String, String>>,
+    ) -> Vec<Hit<'_>> {
+        let mut hits = Vec::new();
+        let mut consider = |object: &ObjectRef| {
+            let Some((object, entry)) = self.workloads.get_key_value(object) else {
+                return;
+            };
+            let consumption = entry.consumption(kind, name);
+            let reason = entry.opt_in.watches(
+                kind,
+                name,
+                config_annotations,
+                consumption.is_some(),
+                self.options,
+            );
+            if let Some(reason) = reason {
+                hits.push(Hit {
+                    workload: object,
+                    reason,
+                    keys: consumption.map(|c| &c.keys),
+                });
+            }
+        };
+        for object in self.references.referrers_of(kind, namespace, name) {
+            consider(object);
+        }
+        if let Some(regex) = self.regex_named.get(namespace) {
+            for object in regex {
+                // Already considered through the key (consumed, or named literally).
+                let mut keyed = self.references.referrers_of(kind, namespace, name);
+                if !keyed.any(|o| o == object) {
+                    consider(object);
+                }
+            }
+        }
+        hits.sort_by(|a, b| a.workload.cmp(b.workload));
+        hits
+    }
+
+    /// What the index keeps about a workload.
+    pub fn get(&self, object: &ObjectRef) -> Option<&IndexedWorkload> {
+        self.workloads.get(object)
+    }
+
+    /// Number of indexed workloads.
+    pub fn len(&self) -> usize {
+        self.workloads.len()
+    }
+
+    /// Whether no workload is indexed.
+    pub fn is_empty(&self) -> bool {
+        self.workloads.is_empty()
+    }
+}

@@ -1,0 +1,347 @@
+//! The rollout decision and the server-side-apply patch that carries it.
+//!
+//! A rollout is one pod-template annotation, [`CONFIG_HASH_ANNOTATION`], set to the workload's
+//! [content hash](crate::hash). Next to it, on the workload's own metadata (which does not roll
+//! anything), [`BASELINE_ANNOTATION`] records the hash the workload was last brought in line with.
+//! The baseline is what makes the decision safe:
+//!
+//! | situation | baseline | action |
+//! |---|---|---|
+//! | first opt-in, adoption, or conflux never saw the workload | absent | [`Action::RecordBaseline`]: no rollout |
+//! | conflux restarts, nothing changed | equal | [`Action::None`] |
+//! | a watched config changed (also while conflux was down) | differs | [`Action::Rollout`] |
+//! | the workload itself changed (its spec or opt-in) | differs | [`Action::RecordBaseline`]: its own change already rolls it, or it only changed what is watched |
+//! | a required config is missing | any | [`Action::None`]: new pods could not start; wait for it |
+//!
+//! Patches are server-side apply with field manager [`FIELD_MANAGER`]. SSA removes fields a manager
+//! owned and no longer sends, so every patch sends *both* annotations once they exist: recording a
+//! baseline re-sends the current template hash unchanged, which leaves the template (and the pods)
+//! alone. Flux's kustomize-controller takes over fields of managers named `kubectl*` and
+//! `before-first-apply`; `conflux-reloader` matches neither, so Flux leaves our annotations in place
+//! and applying the same manifest again neither removes them nor rolls the workload.
+
+use serde_json::{Value, json};
+
+use crate::hash::ContentHash;
+use crate::workload::{Workload, WorkloadKind};
+
+/// Field manager of every patch this crate makes.
+pub const FIELD_MANAGER: &str = "conflux-reloader";
+/// Pod-template annotation whose change rolls the workload.
+pub const CONFIG_HASH_ANNOTATION: &str = "conflux.dev/config-hash";
+/// Workload-metadata annotation: the hash last recorded (no rollout when it changes).
+pub const BASELINE_ANNOTATION: &str = "conflux.dev/config-hash-baseline";
+
+/// What made the controller look at a workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// A watched ConfigMap/Secret changed, or the controller (re)started and checks every workload:
+    /// a difference from the baseline is a config change and rolls.
+    ConfigChanged,
+    /// The workload was updated (spec or annotations): a difference from the baseline comes from
+    /// the workload's own change and only updates the baseline.
+    WorkloadChanged,
+}
+
+/// What the decision needs to know about a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadState {
+    /// Its kind.
+    pub kind: WorkloadKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// [`BASELINE_ANNOTATION`] on its metadata.
+    pub baseline: Option<String>,
+    /// [`CONFIG_HASH_ANNOTATION`] on its pod template.
+    pub template_hash: Option<String>,
+}
+
+impl WorkloadState {
+    /// Reads the state from a workload; `None` without a name or namespace.
+    pub fn of(workload: Workload<'_>) -> Option<Self> {
+        let meta = workload.metadata();
+        Some(WorkloadState {
+            kind: workload.kind(),
+            namespace: meta.namespace.clone()?,
+            name: meta.name.clone()?,
+            baseline: workload
+                .annotations()
+                .and_then(|a| a.get(BASELINE_ANNOTATION))
+                .cloned(),
+            template_hash: workload
+                .template_annotations()
+                .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
+                .cloned(),
+        })
+    }
+}
+
+/// The outcome of [`decide`]. Patches are server-side apply bodies for [`FIELD_MANAGER`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Nothing to do.
+    None,
+    /// Record the hash on the workload's metadata; the pod template is unchanged.
+    RecordBaseline(Value),
+    /// Set the template annotation (this rolls the workload) and the baseline.
+    Rollout(Value),
+}
+
+/// Decides what to do for a workload whose watched configs now hash to `current`. Idempotent:
+/// applying the returned patch and deciding again yields [`Action::None`]. See the
+/// [module docs](self) for the table.
+pub fn decide(state: &WorkloadState, current: &ContentHash, trigger: Trigger) -> Action {
+    if !current.missing_required.is_empty() || state.baseline.as_deref() == Some(&current.hex) {
+        return Action::None;
+    }
+    if state.baseline.is_none() || trigger == Trigger::WorkloadChanged {
+        return Action::RecordBaseline(apply_patch(
+            state,
+            &current.hex,
+            state.template_hash.as_deref(),
+        ));
+    }
+    Action::Rollout(apply_patch(state, &current.hex, Some(&current.hex)))
+}
+
+/// The SSA body: apiVersion, kind, name, namespace, the baseline, and the template annotation when
+/// given (nothing else, so we own nothing else).
+pub fn apply_patch(state: &WorkloadState, baseline: &str, template_hash: Option<&str>) -> Value {
+    let mut patch = json!({
+        "apiVersion": state.kind.api_version(),
+        "kind": state.kind.as_str(),
+        "metadata": {
+            "name": state.name,
+            "namespace": state.namespace,
+            "annotations": {BASELINE_ANNOTATION: baseline},
+        },
+    });
+    if let Some(hash) = template_hash {
+        let template = json!({"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: hash}}});
+        patch["spec"] = match state.kind {
+            WorkloadKind::CronJob => json!({"jobTemplate": {"spec": {"template": template}}}),
+            _ => json!({"template": template}),
+        };
+    }
+    patch
+}
+
+#[cfg(test)]
+// Test tables are tuples on purpose: one row per line reads best.
+#[allow(clippy::type_complexity)]
+mod tests {
+    use super::*;
+    use watch_index::refs::ConfigKind;
+
+    fn state(kind: WorkloadKind, baseline: Option<&str>, template: Option<&str>) -> WorkloadState {
+        WorkloadState {
+            kind,
+            namespace: "ns".into(),
+            name: "web".into(),
+            baseline: baseline.map(Into::into),
+            template_hash: template.map(Into::into),
+        }
+    }
+
+    fn hash(hex: &str) -> ContentHash {
+        ContentHash {
+            hex: hex.into(),
+            missing_required: vec![],
+        }
+    }
+
+    /// Applies a patch to a state the way the API server would for our two fields.
+    fn apply(s: &WorkloadState, action: &Action) -> WorkloadState {
+        let patch = match action {
+            Action::None => return s.clone(),
+            Action::RecordBaseline(p) | Action::Rollout(p) => p,
+        };
+        let template = match s.kind {
+            WorkloadKind::CronJob => "/spec/jobTemplate/spec/template/metadata/annotations",
+            _ => "/spec/template/metadata/annotations",
+        };
+        WorkloadState {
+            baseline: patch["metadata"]["annotations"][BASELINE_ANNOTATION]
+                .as_str()
+                .map(Into::into),
+            template_hash: patch
+                .pointer(template)
+                .and_then(|a| a[CONFIG_HASH_ANNOTATION].as_str())
+                .map(Into::into),
+            ..s.clone()
+        }
+    }
+
+    #[test]
+    fn decision_table() {
+        use Trigger::*;
+        let cases: [(&str, Option<&str>, Option<&str>, &str, Trigger, &str); 8] = [
+            (
+                "first sight records a baseline",
+                None,
+                None,
+                "h1",
+                ConfigChanged,
+                "baseline",
+            ),
+            (
+                "first opt-in by a workload change",
+                None,
+                None,
+                "h1",
+                WorkloadChanged,
+                "baseline",
+            ),
+            (
+                "restart, nothing changed",
+                Some("h1"),
+                None,
+                "h1",
+                ConfigChanged,
+                "none",
+            ),
+            (
+                "restart after a rollout",
+                Some("h1"),
+                Some("h1"),
+                "h1",
+                ConfigChanged,
+                "none",
+            ),
+            (
+                "config changed",
+                Some("h1"),
+                None,
+                "h2",
+                ConfigChanged,
+                "rollout",
+            ),
+            (
+                "config changed again",
+                Some("h2"),
+                Some("h2"),
+                "h3",
+                ConfigChanged,
+                "rollout",
+            ),
+            (
+                "workload changed what it reads",
+                Some("h1"),
+                Some("h1"),
+                "h2",
+                WorkloadChanged,
+                "baseline",
+            ),
+            (
+                "adopted with an old template hash",
+                None,
+                Some("h0"),
+                "h1",
+                ConfigChanged,
+                "baseline",
+            ),
+        ];
+        for (what, baseline, template, current, trigger, want) in cases {
+            let s = state(WorkloadKind::Deployment, baseline, template);
+            let action = decide(&s, &hash(current), trigger);
+            let got = match &action {
+                Action::None => "none",
+                Action::RecordBaseline(_) => "baseline",
+                Action::Rollout(_) => "rollout",
+            };
+            assert_eq!(got, want, "{what}");
+            let after = apply(&s, &action);
+            if want == "baseline" {
+                assert_eq!(
+                    after.template_hash, s.template_hash,
+                    "template untouched: {what}"
+                );
+            }
+            // Idempotent: once applied, nothing more to do, whatever the trigger.
+            for t in [ConfigChanged, WorkloadChanged] {
+                assert_eq!(
+                    decide(&after, &hash(current), t),
+                    Action::None,
+                    "idempotent: {what}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn missing_required_config_holds_the_rollout() {
+        let s = state(WorkloadKind::Deployment, Some("h1"), Some("h1"));
+        let current = ContentHash {
+            hex: "h2".into(),
+            missing_required: vec![(ConfigKind::Secret, "creds".into())],
+        };
+        assert_eq!(decide(&s, &current, Trigger::ConfigChanged), Action::None);
+        let s = state(WorkloadKind::Deployment, None, None);
+        assert_eq!(decide(&s, &current, Trigger::ConfigChanged), Action::None);
+    }
+
+    #[test]
+    fn patches_hold_only_owned_fields() {
+        let s = state(WorkloadKind::Deployment, Some("old"), Some("old"));
+        let Action::Rollout(p) = decide(&s, &hash("new"), Trigger::ConfigChanged) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(
+            p,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "ns",
+                             "annotations": {"conflux.dev/config-hash-baseline": "new"}},
+                "spec": {"template": {"metadata": {"annotations": {"conflux.dev/config-hash": "new"}}}},
+            })
+        );
+        let s = state(WorkloadKind::CronJob, None, None);
+        let Action::RecordBaseline(p) = decide(&s, &hash("h"), Trigger::ConfigChanged) else {
+            panic!("expected a baseline");
+        };
+        assert_eq!(
+            p,
+            json!({
+                "apiVersion": "batch/v1", "kind": "CronJob",
+                "metadata": {"name": "web", "namespace": "ns",
+                             "annotations": {"conflux.dev/config-hash-baseline": "h"}},
+            })
+        );
+        let s = state(WorkloadKind::CronJob, Some("a"), Some("a"));
+        let Action::Rollout(p) = decide(&s, &hash("b"), Trigger::ConfigChanged) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(
+            p.pointer(
+                "/spec/jobTemplate/spec/template/metadata/annotations/conflux.dev~1config-hash"
+            ),
+            Some(&json!("b"))
+        );
+        for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
+            let p = apply_patch(&state(kind, None, None), "x", Some("x"));
+            assert_eq!(p["apiVersion"], "apps/v1");
+            assert_eq!(p["kind"], kind.as_str());
+        }
+    }
+
+    #[test]
+    fn field_manager_is_not_taken_over_by_flux() {
+        assert!(!FIELD_MANAGER.starts_with("kubectl"));
+        assert_ne!(FIELD_MANAGER, "before-first-apply");
+    }
+
+    #[test]
+    fn state_of_a_workload() {
+        let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web", "namespace": "ns", "annotations": {BASELINE_ANNOTATION: "b"}},
+            "spec": {"selector": {}, "template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: "t"}}}},
+        }))
+        .unwrap();
+        assert_eq!(
+            WorkloadState::of(Workload::from(&d)),
+            Some(state(WorkloadKind::Deployment, Some("b"), Some("t")))
+        );
+    }
+}
