@@ -1,10 +1,26 @@
-//! Copy and fan-out sync semantics for ConfigMaps and Secrets.
-//!
-//! This crate will hold the pure decisions behind conflux's `copy` and `sync` controllers
-//! (DESIGN.md section 4): parsing `fluxcd.controlplane.io/copyFrom`, computing the desired copy,
-//! the consent check, the fan-out namespace set and the create/update/delete plan. It does no I/O.
-//! The capability is tracked by its own issue; the crate exists now so the workspace layout is final.
+#![doc = include_str!("../README.md")]
 
-/// Errors of this crate.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {}
+pub mod config_sync;
+pub mod consent;
+pub mod copy_from;
+pub mod desired;
+mod error;
+pub mod fan_out;
+pub mod glob;
+pub mod ownership;
+pub mod plan;
+pub mod source;
+pub mod status;
+
+#[cfg(feature = "kube")]
+pub use config_sync::ConfigSync;
+pub use config_sync::{ConfigSyncSpec, ConfigSyncStatus};
+pub use desired::{DesiredCopy, WriteMode};
+pub use error::{Error, SecretTypeConflict};
+pub use fan_out::{FanOut, NamespaceView};
+pub use ownership::Owner;
+pub use plan::{Step, plan_deletion, plan_sync};
+pub use source::{ConfigObject, SourceKind, SourceRef};
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,103 @@
+//! The one error type of this crate. No message ever contains ConfigMap or Secret data: only kinds,
+//! namespaces, names, annotation names and Secret types.
+
+use crate::consent::Refusal;
+use crate::source::SourceRef;
+
+/// Everything that can go wrong in this crate. `Display` gives Flux Operator's message where one
+/// exists.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A `fluxcd.controlplane.io/copyFrom` value that is not `namespace/name` (Flux Operator's text;
+    /// we also reject empty parts).
+    #[error(
+        "invalid fluxcd.controlplane.io/copyFrom annotation value '{value}' must be in the format 'namespace/name'"
+    )]
+    InvalidCopyFrom {
+        /// The annotation value as found.
+        value: String,
+    },
+
+    /// The source could not be read (not found, forbidden, ...). Nothing is written.
+    #[error("failed to copy data from {source_ref}: {reason}")]
+    SourceUnavailable {
+        /// The source that was asked for.
+        source_ref: SourceRef,
+        /// Why, typically the API server's message.
+        reason: String,
+    },
+
+    /// The target Secret declares a type other than `Opaque` that differs from its source's; types
+    /// are immutable and we do not replace an object whose type someone chose on purpose. Boxed to
+    /// keep `Result`s small.
+    #[error("{0}")]
+    SecretTypeConflict(Box<SecretTypeConflict>),
+
+    /// Source and target are of different kinds (a caller error: the source is fetched by the
+    /// target's kind).
+    #[error("cannot copy {source_ref} into a {target_kind}: source and target kinds differ")]
+    KindMismatch {
+        /// The source.
+        source_ref: SourceRef,
+        /// The target's kind.
+        target_kind: &'static str,
+    },
+
+    /// A cross-namespace copy the source did not consent to.
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+
+    /// A kopy sync annotation on a source outside the namespaces the operator trusts.
+    #[error(
+        "{source_ref} carries {annotation} but its namespace is not a trusted sync source namespace (--sync-source-namespaces); the annotation is ignored"
+    )]
+    UntrustedSyncSource {
+        /// The annotated source.
+        source_ref: SourceRef,
+        /// Which annotation (`kopy.kot-labs.com/sync` or `flynshue.io/sync`).
+        annotation: &'static str,
+    },
+
+    /// A namespace selector (a ConfigSync's `namespaceSelector` or a kopy annotation) that does not
+    /// parse; `message` is apimachinery's.
+    #[error("invalid namespace selector in {context}: {message}")]
+    InvalidSelector {
+        /// Where the selector came from.
+        context: String,
+        /// The parser's message.
+        message: String,
+    },
+}
+
+/// The details of [`Error::SecretTypeConflict`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "cannot copy {source_ref} into Secret {namespace}/{name}: the target has type '{target_type}' but the source has type '{source_type}'"
+)]
+pub struct SecretTypeConflict {
+    /// The source.
+    pub source_ref: SourceRef,
+    /// Namespace of the target.
+    pub namespace: String,
+    /// Name of the target.
+    pub name: String,
+    /// The target's declared type.
+    pub target_type: String,
+    /// The source's type (`Opaque` when empty).
+    pub source_type: String,
+}
+
+impl Error {
+    /// A short, stable name for the error: the `Ready` condition reason, an Event reason and a metric
+    /// label.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidCopyFrom { .. } => "InvalidCopyFrom",
+            Error::SourceUnavailable { .. } => "SourceNotFound",
+            Error::SecretTypeConflict(_) => "SecretTypeConflict",
+            Error::KindMismatch { .. } => "KindMismatch",
+            Error::Refused(_) | Error::UntrustedSyncSource { .. } => "Refused",
+            Error::InvalidSelector { .. } => "InvalidSelector",
+        }
+    }
+}

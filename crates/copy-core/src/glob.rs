@@ -1,0 +1,85 @@
+//! Namespace globs: `*` matches any run of characters (including none), `?` exactly one, everything
+//! else itself. Used by `copy.conflux.dev/allowed-namespaces` and a ConfigSync's `namespaces` /
+//! `excludeNamespaces`. Namespace names are ASCII, so matching works on bytes and never allocates.
+
+/// True when `name` matches `pattern` as a whole.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n) = (pattern.as_bytes(), name.as_bytes());
+    let (mut pi, mut ni) = (0, 0);
+    // Where the last `*` was and how much of `name` it has swallowed so far: on a mismatch we let
+    // that star take one more byte and retry (linear backtracking, no recursion).
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        match p.get(pi) {
+            Some(b'*') => {
+                star = Some((pi, ni));
+                pi += 1;
+            }
+            Some(&c) if c == b'?' || c == n[ni] => {
+                pi += 1;
+                ni += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    pi = sp + 1;
+                    ni = sn + 1;
+                    star = Some((sp, sn + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// True when any of `patterns` matches `name`.
+pub fn any_match<'a>(patterns: impl IntoIterator<Item = &'a str>, name: &str) -> bool {
+    patterns.into_iter().any(|p| glob_match(p, name))
+}
+
+/// True for a pattern without `*` or `?`: it names exactly one namespace.
+pub fn is_literal(pattern: &str) -> bool {
+    !pattern.contains(['*', '?'])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_table() {
+        let cases = [
+            ("*", "", true),
+            ("*", "anything", true),
+            ("", "", true),
+            ("", "a", false),
+            ("team-*", "team-a", true),
+            ("team-*", "team-", true),
+            ("team-*", "teams", false),
+            ("team-?", "team-a", true),
+            ("team-?", "team-ab", false),
+            ("*-prod", "shop-prod", true),
+            ("*-prod", "shop-prod-2", false),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXbYY", false),
+            ("a*b", "abab", true),
+            ("**", "x", true),
+            ("?", "", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false),
+        ];
+        for (pattern, name, want) in cases {
+            assert_eq!(glob_match(pattern, name), want, "{pattern:?} vs {name:?}");
+        }
+    }
+
+    #[test]
+    fn literal_patterns() {
+        assert!(is_literal("kube-system"));
+        assert!(!is_literal("kube-*"));
+        assert!(!is_literal("team-?"));
+        assert!(any_match(["x", "team-*"], "team-a"));
+        assert!(!any_match([], "team-a"));
+    }
+}
