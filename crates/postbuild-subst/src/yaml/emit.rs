@@ -1545,6 +1545,7 @@ enum Style {
     Literal,
 }
 
+#[derive(Debug, PartialEq)]
 /// What `yaml_emitter_analyze_scalar` finds out about a scalar (flow-context flags omitted:
 /// scalars are never written inside a flow collection here).
 struct Analysis {
@@ -1569,6 +1570,117 @@ fn analyze_scalar(value: &str) -> Analysis {
             block_allowed: false,
         };
     }
+    if value.is_ascii() {
+        analyze_ascii(value.as_bytes())
+    } else {
+        analyze_chars(value, value.chars())
+    }
+}
+
+/// [`analyze_chars`] for non-empty ASCII text, on bytes (the common case, kept tight).
+fn analyze_ascii(b: &[u8]) -> Analysis {
+    let n = b.len();
+    let is_break = |c: u8| c == b'\n' || c == b'\r';
+    let printable = |c: u8| c == b'\n' || (0x20..=0x7E).contains(&c);
+    let c0 = b[0];
+    let followed_by_whitespace_0 = n == 1 || b[1] == b' ' || b[1] == b'\t';
+    let mut block_indicators = b.starts_with(b"---")
+        || b.starts_with(b"...")
+        || matches!(
+            c0,
+            b'#' | b','
+                | b'['
+                | b']'
+                | b'{'
+                | b'}'
+                | b'&'
+                | b'*'
+                | b'!'
+                | b'|'
+                | b'>'
+                | b'\''
+                | b'"'
+                | b'%'
+                | b'@'
+                | b'`'
+        )
+        || (matches!(c0, b'?' | b':' | b'-') && followed_by_whitespace_0);
+    let mut line_breaks = is_break(c0);
+    let mut special_characters = !printable(c0);
+    let (mut break_space, mut space_break) = (false, false);
+    let mut prev = c0;
+    for i in 1..n {
+        let c = b[i];
+        match c {
+            b' ' => break_space |= is_break(prev),
+            b'\n' | b'\r' => {
+                line_breaks = true;
+                space_break |= prev == b' ';
+                special_characters |= c == b'\r';
+            }
+            b':' => {
+                if i + 1 == n || b[i + 1] == b' ' || b[i + 1] == b'\t' {
+                    block_indicators = true;
+                }
+            }
+            b'#' => block_indicators |= matches!(prev, b' ' | b'\t' | b'\r' | b'\n' | 0),
+            0x21..=0x7E => {}
+            _ => special_characters = true,
+        }
+        prev = c;
+    }
+    let last = b[n - 1];
+    let trailing_space = last == b' ';
+    finish_analysis(
+        line_breaks,
+        special_characters,
+        block_indicators,
+        c0 == b' ' || is_break(c0) || trailing_space || is_break(last),
+        trailing_space,
+        break_space,
+        space_break,
+    )
+}
+
+/// The flag combination at the end of `yaml_emitter_analyze_scalar`.
+fn finish_analysis(
+    line_breaks: bool,
+    special_characters: bool,
+    block_indicators: bool,
+    leading_or_trailing_blank: bool,
+    trailing_space: bool,
+    break_space: bool,
+    space_break: bool,
+) -> Analysis {
+    let mut a = Analysis {
+        multiline: line_breaks,
+        block_plain_allowed: true,
+        single_quoted_allowed: true,
+        block_allowed: true,
+    };
+    if leading_or_trailing_blank {
+        a.block_plain_allowed = false;
+    }
+    if trailing_space {
+        a.block_allowed = false;
+    }
+    if break_space {
+        a.block_plain_allowed = false;
+        a.single_quoted_allowed = false;
+    }
+    if space_break || special_characters {
+        a.block_plain_allowed = false;
+        a.single_quoted_allowed = false;
+        a.block_allowed = false;
+    }
+    if line_breaks || block_indicators {
+        a.block_plain_allowed = false;
+    }
+    a
+}
+
+/// `yaml_emitter_analyze_scalar` on non-empty text.
+fn analyze_chars(value: &str, chars: impl Iterator<Item = char>) -> Analysis {
     let mut block_indicators = value.starts_with("---") || value.starts_with("...");
     let (mut line_breaks, mut special_characters) = (false, false);
     let (mut leading_space, mut leading_break, mut trailing_space, mut trailing_break) =
@@ -1577,7 +1689,7 @@ fn analyze_scalar(value: &str) -> Analysis {
     let (mut previous_space, mut previous_break) = (false, false);
     let mut preceded_by_whitespace = true;
 
-    let mut chars = value.chars().peekable();
+    let mut chars = chars.peekable();
     let mut first = true;
     while let Some(c) = chars.next() {
         let next = chars.peek().copied();
@@ -1621,31 +1733,15 @@ fn analyze_scalar(value: &str) -> Analysis {
         first = false;
     }
 
-    let mut a = Analysis {
-        multiline: line_breaks,
-        block_plain_allowed: true,
-        single_quoted_allowed: true,
-        block_allowed: true,
-    };
-    if leading_space || leading_break || trailing_space || trailing_break {
-        a.block_plain_allowed = false;
-    }
-    if trailing_space {
-        a.block_allowed = false;
-    }
-    if break_space {
-        a.block_plain_allowed = false;
-        a.single_quoted_allowed = false;
-    }
-    if space_break || special_characters {
-        a.block_plain_allowed = false;
-        a.single_quoted_allowed = false;
-        a.block_allowed = false;
-    }
-    if line_breaks || block_indicators {
-        a.block_plain_allowed = false;
-    }
-    a
+    finish_analysis(
+        line_breaks,
+        special_characters,
+        block_indicators,
+        leading_space || leading_break || trailing_space || trailing_break,
+        trailing_space,
+        break_space,
+        space_break,
+    )
 }
 
 /// The style encode.go asks for: literal for text with `\n`, plain if the plain text would read
@@ -1658,6 +1754,42 @@ fn requested_string_style(s: &str) -> Style {
     } else {
         Style::Double
     }
+}
+
+/// Characters in `s` (columns count characters, not bytes).
+fn char_count(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Decimal text of `u` in `buf`, without allocating.
+fn u64_text(mut u: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    // Only ASCII digits were written.
+    std::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+/// Decimal text of `i` in `buf` (the sign goes in front of the digits).
+fn i64_text(i: i64, buf: &mut [u8; 20]) -> &str {
+    let len = u64_text(i.unsigned_abs(), buf).len();
+    if i >= 0 {
+        return std::str::from_utf8(&buf[20 - len..]).unwrap_or("0");
+    }
+    // |i64::MIN| has 19 digits, so there is room for the sign.
+    let start = 20 - len - 1;
+    buf[start] = b'-';
+    std::str::from_utf8(&buf[start..]).unwrap_or("0")
 }
 
 /// A collection being emitted: the children still to write and the indent to restore.
@@ -1841,8 +1973,8 @@ impl Emitter {
         match node {
             Node::Null => self.emit_simple_plain("null"),
             Node::Bool(b) => self.emit_simple_plain(if *b { "true" } else { "false" }),
-            Node::Int(i) => self.emit_simple_plain(&i.to_string()),
-            Node::Uint(u) => self.emit_simple_plain(&u.to_string()),
+            Node::Int(i) => self.emit_simple_plain(i64_text(*i, &mut [0; 20])),
+            Node::Uint(u) => self.emit_simple_plain(u64_text(*u, &mut [0; 20])),
             Node::Float(f) => {
                 let text = if f.is_nan() {
                     ".nan".to_owned()
@@ -1873,11 +2005,21 @@ impl Emitter {
         if !self.whitespace {
             self.put(' ');
         }
-        for c in text.chars() {
-            self.write(c);
-        }
+        self.write_run(text);
         self.whitespace = false;
         self.indention = false;
+    }
+
+    /// Writes characters that need no per-character decisions, in one go.
+    fn write_run(&mut self, run: &str) {
+        self.out.push_str(run);
+        self.column += char_count(run);
+    }
+
+    /// Whether folding cannot happen while writing `value` from the current column: a break is
+    /// only considered at a space once the column is past the best width.
+    fn fits_without_folding(&self, value: &str) -> bool {
+        self.column + char_count(value) <= BEST_WIDTH + 1
     }
 
     /// `yaml_emitter_select_scalar_style` + `yaml_emitter_process_scalar`.
@@ -1910,35 +2052,36 @@ impl Emitter {
         if !self.whitespace {
             self.put(' ');
         }
-        let bytes = value.as_bytes();
-        let (mut spaces, mut breaks) = (false, false);
-        for (i, c) in value.char_indices() {
-            if c == ' ' {
-                if allow_breaks
-                    && !spaces
-                    && self.column > BEST_WIDTH
-                    && bytes.get(i + 1) != Some(&b' ')
-                {
-                    self.write_indent();
-                } else {
-                    self.write(c);
+        // Plain scalars never contain line breaks (the analysis rules them out), so without a
+        // possible fold the text goes out as is.
+        if !allow_breaks || !value.contains(' ') || self.fits_without_folding(value) {
+            self.write_run(value);
+            self.whitespace = false;
+            self.indention = false;
+            return;
+        }
+        // Word by word: a single space (not part of a run) past the best width becomes a break.
+        let mut spaces = false;
+        let mut rest = value;
+        while !rest.is_empty() {
+            match rest.find(' ') {
+                Some(0) => {
+                    if !spaces && self.column > BEST_WIDTH && rest.as_bytes().get(1) != Some(&b' ')
+                    {
+                        self.write_indent();
+                    } else {
+                        self.put(' ');
+                    }
+                    spaces = true;
+                    rest = &rest[1..];
                 }
-                spaces = true;
-            } else if is_break_char(c) {
-                if !breaks && c == '\n' {
-                    self.put_break();
+                found => {
+                    let end = found.unwrap_or(rest.len());
+                    self.write_run(&rest[..end]);
+                    self.indention = false;
+                    spaces = false;
+                    rest = &rest[end..];
                 }
-                self.write_break(c);
-                self.indention = true;
-                breaks = true;
-            } else {
-                if breaks {
-                    self.write_indent();
-                }
-                self.write(c);
-                self.indention = false;
-                spaces = false;
-                breaks = false;
             }
         }
         self.whitespace = false;
@@ -1947,6 +2090,15 @@ impl Emitter {
 
     fn write_single_quoted(&mut self, value: &str, allow_breaks: bool) {
         self.write_indicator("'", true, false, false);
+        if !value.contains(['\'', '\n', '\r', '\u{85}', '\u{2028}', '\u{2029}'])
+            && (!allow_breaks || !value.contains(' ') || self.fits_without_folding(value))
+        {
+            self.write_run(value);
+            self.write_indicator("'", false, false, false);
+            self.whitespace = false;
+            self.indention = false;
+            return;
+        }
         let bytes = value.as_bytes();
         let (mut spaces, mut breaks) = (false, false);
         for (i, c) in value.char_indices() {
@@ -1993,6 +2145,18 @@ impl Emitter {
         // go-yaml's is_bom looks at the start of the value, not at the current character, so a
         // value starting with a BOM has every character escaped.
         let bom_start = value.starts_with('\u{FEFF}');
+        if !bom_start
+            && value
+                .chars()
+                .all(|c| is_printable(c) && !is_break_char(c) && c != '"' && c != '\\')
+            && (!allow_breaks || !value.contains(' ') || self.fits_without_folding(value))
+        {
+            self.write_run(value);
+            self.write_indicator("\"", false, false, false);
+            self.whitespace = false;
+            self.indention = false;
+            return;
+        }
         let bytes = value.as_bytes();
         let mut spaces = false;
         for (i, c) in value.char_indices() {
@@ -2083,18 +2247,23 @@ impl Emitter {
         self.indention = true;
         self.whitespace = true;
         let mut breaks = true;
-        for c in value.chars() {
+        let mut rest = value;
+        while let Some(c) = rest.chars().next() {
             if is_break_char(c) {
                 self.write_break(c);
                 self.indention = true;
                 breaks = true;
+                rest = &rest[c.len_utf8()..];
             } else {
                 if breaks {
                     self.write_indent();
                 }
-                self.write(c);
+                // Literal blocks never fold: the whole line goes out at once.
+                let end = rest.find(is_break_char).unwrap_or(rest.len());
+                self.write_run(&rest[..end]);
                 self.indention = false;
                 breaks = false;
+                rest = &rest[end..];
             }
         }
     }
@@ -2498,6 +2667,26 @@ mod tests {
             "a10a", "a1b", "a2a", "a10a0", "a1b1", "a2a2", "x", "a", "b", "c", "d", "e", "f", "g",
         ];
         assert_eq!(sorted_order(&keys).len(), keys.len());
+    }
+
+    #[test]
+    fn ascii_analysis_matches_generic() {
+        let alphabet = b"a :#-?.,'\"|>!\n\r\t\x00\x7f";
+        let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..20_000 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let len = 1 + (seed % 7) as usize;
+            let text: String = (0..len)
+                .map(|k| alphabet[((seed >> (8 * k)) % alphabet.len() as u64) as usize] as char)
+                .collect();
+            assert_eq!(
+                analyze_ascii(text.as_bytes()),
+                analyze_chars(&text, text.chars()),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]
