@@ -1,1 +1,596 @@
+//! The DESIGN.md 4.2 behaviour table, one named test per row, plus convergence: executing a plan
+//! and planning again gives nothing to do.
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::*;
+use crate::config_sync::ConfigSyncSpec;
+use crate::ownership::{CONFIG_SYNC_LABEL, MANAGED_BY_LABEL, Owner};
+use crate::source::SourceKind;
+
+/// A namespace: name, labels, terminating.
+type Ns = (&'static str, &'static [(&'static str, &'static str)], bool);
+
+const TENANT: &[(&str, &str)] = &[("role", "tenant")];
+const PLAIN: &[(&str, &str)] = &[];
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn fan_out(extra: serde_json::Value) -> FanOut {
+    let mut doc = serde_json::json!({
+        "source": {"kind": "Secret", "namespace": "flux-system", "name": "tok"},
+        "target": {
+            "namespaceSelector": {"matchLabels": {"role": "tenant"}},
+            "labels": {"reconcile.fluxcd.io/watch": "Enabled"},
+        },
+    });
+    if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+        doc.extend(extra.clone());
+    }
+    let spec: ConfigSyncSpec = serde_json::from_value(doc).unwrap();
+    FanOut::from_config_sync("tok-sync", &spec).unwrap()
+}
+
+fn secret(ns: &str, name: &str, type_: &str, data: &[(&str, &str)]) -> ConfigObject {
+    ConfigObject::Secret(Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(ns.to_owned()),
+            ..ObjectMeta::default()
+        },
+        type_: Some(type_.to_owned()),
+        data: Some(
+            data.iter()
+                .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                .collect(),
+        ),
+        ..Secret::default()
+    })
+}
+
+fn source(data: &[(&str, &str)]) -> ConfigObject {
+    let mut s = secret("flux-system", "tok", "Opaque", data);
+    s.metadata_mut().labels = Some(map(&[("reconcile.fluxcd.io/watch", "Enabled")]));
+    s
+}
+
+/// Our copy in `ns` as a previous sync of `f` would have left it, for `source`.
+fn our_copy(f: &FanOut, src: &ConfigObject, ns: &str) -> ConfigObject {
+    fan_out_copy(src, f, ns)
+}
+
+fn foreign(ns: &str) -> ConfigObject {
+    let mut s = secret(ns, "tok", "Opaque", &[("mine", "FOREIGN-DATA")]);
+    s.metadata_mut().labels = Some(map(&[(MANAGED_BY_LABEL, "helm")]));
+    s
+}
+
+fn views(namespaces: &[Ns]) -> Vec<(String, BTreeMap<String, String>, bool)> {
+    namespaces
+        .iter()
+        .map(|(n, l, t)| ((*n).to_owned(), map(l), *t))
+        .collect()
+}
+
+fn plan(
+    f: &FanOut,
+    src: Option<&ConfigObject>,
+    namespaces: &[Ns],
+    observed: &[ConfigObject],
+) -> Vec<String> {
+    let ns = views(namespaces);
+    let steps = plan_sync(
+        f,
+        src,
+        ns.iter()
+            .map(|(n, l, t)| NamespaceView::new(n).labels(l).terminating(*t)),
+        observed,
+    );
+    steps.iter().map(summary).collect()
+}
+
+/// A step as a short line: what, where, and the detail that matters.
+fn summary(step: &Step) -> String {
+    match step {
+        Step::Create { object } => format!("create {}", object.namespace()),
+        Step::Update { object } => format!("update {}", object.namespace()),
+        Step::Recreate { object, reason } => format!("recreate {} {reason:?}", object.namespace()),
+        Step::Adopt { object } => format!("adopt {}", object.namespace()),
+        Step::InSync { namespace } => format!("in-sync {namespace}"),
+        Step::Delete { namespace, name } => format!("delete {namespace}/{name}"),
+        Step::Skip { namespace, .. } => format!("skip {namespace}"),
+        Step::MarkOrphaned { object } => format!("orphan {}/{}", object.namespace(), object.name()),
+        Step::Release {
+            namespace, name, ..
+        } => format!("release {namespace}/{name}"),
+    }
+}
+
+/// Executes steps the way the API server would end up (server-side apply of our fields replaces
+/// what we own; a merge patch strips labels).
+fn execute(objects: &mut Vec<ConfigObject>, steps: &[Step]) {
+    for step in steps {
+        let key = |o: &ConfigObject| (o.namespace().to_owned(), o.name().to_owned());
+        match step {
+            Step::Create { object }
+            | Step::Update { object }
+            | Step::Recreate { object, .. }
+            | Step::Adopt { object }
+            | Step::MarkOrphaned { object } => {
+                objects.retain(|o| key(o) != key(object));
+                objects.push(object.clone());
+            }
+            Step::Delete { namespace, name } => {
+                objects.retain(|o| key(o) != (namespace.clone(), name.clone()));
+            }
+            Step::Release {
+                namespace, name, ..
+            } => {
+                for o in objects
+                    .iter_mut()
+                    .filter(|o| key(o) == (namespace.clone(), name.clone()))
+                {
+                    if let Some(labels) = o.metadata_mut().labels.as_mut() {
+                        labels.retain(|k, _| k != MANAGED_BY_LABEL && k != CONFIG_SYNC_LABEL);
+                    }
+                }
+            }
+            Step::InSync { .. } | Step::Skip { .. } => {}
+        }
+    }
+}
+
+const CLUSTER: &[Ns] = &[
+    ("flux-system", PLAIN, false),
+    ("team-a", TENANT, false),
+    ("team-b", TENANT, false),
+    ("team-c", TENANT, false),
+    ("kube-system", TENANT, false),
+    ("default", PLAIN, false),
+];
+
+#[test]
+fn row_source_created_or_updated_every_selected_namespace_gets_an_identical_copy() {
+    let f = fan_out(serde_json::json!({}));
+    let old = source(&[("token", "v1")]);
+    let new = source(&[("token", "v2")]);
+    // Created: nothing exists yet.
+    assert_eq!(
+        plan(&f, Some(&new), CLUSTER, &[]),
+        ["create team-a", "create team-b", "create team-c"]
+    );
+    // Updated: copies of the old content are patched, an up-to-date one is left alone.
+    let observed = [
+        our_copy(&f, &old, "team-a"),
+        our_copy(&f, &new, "team-b"),
+        our_copy(&f, &old, "team-c"),
+    ];
+    assert_eq!(
+        plan(&f, Some(&new), CLUSTER, &observed),
+        ["update team-a", "in-sync team-b", "update team-c"]
+    );
+    // Identical: every copy has exactly the source's content.
+    let steps = plan_sync(
+        &f,
+        Some(&new),
+        [NamespaceView::new("team-a").labels(&map(TENANT))],
+        &[],
+    );
+    let Step::Create { object } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert!(object.same_content(&new));
+    assert_eq!(object.content_hash(), new.content_hash());
+}
+
+#[test]
+fn row_namespace_created_or_newly_labelled_to_match_gets_a_copy() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v")]);
+    let synced: Vec<_> = ["team-a", "team-b", "team-c"]
+        .iter()
+        .map(|ns| our_copy(&f, &src, ns))
+        .collect();
+    let mut cluster = CLUSTER.to_vec();
+    cluster.push(("team-new", TENANT, false));
+    cluster[5] = ("default", TENANT, false);
+    assert_eq!(
+        plan(&f, Some(&src), &cluster, &synced),
+        [
+            "create default",
+            "in-sync team-a",
+            "in-sync team-b",
+            "in-sync team-c",
+            "create team-new"
+        ]
+    );
+}
+
+#[test]
+fn row_namespace_no_longer_matches_copy_deleted_when_prune() {
+    let src = source(&[("token", "v")]);
+    let mut cluster = CLUSTER.to_vec();
+    cluster[3] = ("team-c", PLAIN, false);
+    for (prune, want) in [
+        (
+            true,
+            vec!["in-sync team-a", "in-sync team-b", "delete team-c/tok"],
+        ),
+        (false, vec!["in-sync team-a", "in-sync team-b"]),
+    ] {
+        let f = fan_out(serde_json::json!({"prune": prune}));
+        let observed: Vec<_> = ["team-a", "team-b", "team-c"]
+            .iter()
+            .map(|ns| our_copy(&f, &src, ns))
+            .collect();
+        assert_eq!(
+            plan(&f, Some(&src), &cluster, &observed),
+            want,
+            "prune: {prune}"
+        );
+    }
+}
+
+#[test]
+fn row_copy_renamed_in_spec_old_copies_pruned() {
+    let src = source(&[("token", "v")]);
+    let old = fan_out(serde_json::json!({}));
+    let renamed = {
+        let mut f = old.clone();
+        f.target_name = "tok-copy".to_owned();
+        f
+    };
+    let observed = [our_copy(&old, &src, "team-a")];
+    assert_eq!(
+        plan(&renamed, Some(&src), &CLUSTER[..2], &observed),
+        ["create team-a", "delete team-a/tok"]
+    );
+}
+
+#[test]
+fn row_copy_edited_or_deleted_by_someone_is_reverted_or_recreated() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v")]);
+    let mut data_edited = our_copy(&f, &src, "team-a");
+    if let ConfigObject::Secret(s) = &mut data_edited {
+        s.data = Some(BTreeMap::from([(
+            "token".to_owned(),
+            ByteString(b"hacked".to_vec()),
+        )]));
+    }
+    let mut label_removed = our_copy(&f, &src, "team-b");
+    if let Some(labels) = label_removed.metadata_mut().labels.as_mut() {
+        labels.remove("reconcile.fluxcd.io/watch");
+    }
+    let mut extra_label = our_copy(&f, &src, "team-c");
+    if let Some(labels) = extra_label.metadata_mut().labels.as_mut() {
+        labels.insert("someone".to_owned(), "else".to_owned());
+    }
+    // Labels others add (team-c) are theirs, not drift; our edited data or label is reverted.
+    assert_eq!(
+        plan(
+            &f,
+            Some(&src),
+            CLUSTER,
+            &[data_edited, label_removed, extra_label]
+        ),
+        ["update team-a", "update team-b", "in-sync team-c"]
+    );
+    let deleted = [our_copy(&f, &src, "team-a"), our_copy(&f, &src, "team-c")];
+    assert_eq!(
+        plan(&f, Some(&src), CLUSTER, &deleted),
+        ["in-sync team-a", "create team-b", "in-sync team-c"]
+    );
+}
+
+#[test]
+fn row_template_change_reapplies_copies() {
+    let src = source(&[("token", "v")]);
+    let before = fan_out(serde_json::json!({}));
+    let after = fan_out(
+        serde_json::json!({"target": {"namespaceSelector": {"matchLabels": {"role": "tenant"}}}}),
+    );
+    let observed = [our_copy(&before, &src, "team-a")];
+    // The watch label was removed from target.labels: a subset check alone would miss it.
+    assert_eq!(
+        plan(&after, Some(&src), &CLUSTER[..2], &observed),
+        ["update team-a"]
+    );
+}
+
+#[test]
+fn row_same_name_object_not_ours_is_skipped_or_adopted() {
+    let src = source(&[("token", "v")]);
+    let mut other = fan_out(serde_json::json!({}));
+    other.owner = Owner::ConfigSync {
+        name: "other".to_owned(),
+    };
+    let other_sync = fan_out_copy(&src, &other, "team-b");
+    let observed = [foreign("team-a"), other_sync];
+    let skip = fan_out(serde_json::json!({}));
+    assert_eq!(
+        plan(&skip, Some(&src), CLUSTER, &observed),
+        ["skip team-a", "skip team-b", "create team-c"]
+    );
+    let adopt = fan_out(serde_json::json!({"conflictPolicy": "Adopt"}));
+    assert_eq!(
+        plan(&adopt, Some(&src), CLUSTER, &observed),
+        ["adopt team-a", "skip team-b", "create team-c"],
+        "another conflux owner's copy is never adopted"
+    );
+    let steps = plan_sync(
+        &skip,
+        Some(&src),
+        [NamespaceView::new("team-a").labels(&map(TENANT))],
+        &observed,
+    );
+    let Step::Skip { message, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(
+        message,
+        "Secret team-a/tok already exists and was left alone: it is not managed by conflux (conflictPolicy: Skip)"
+    );
+    assert!(!message.contains("FOREIGN-DATA"));
+    // A foreign object outside the selection is never touched, even with prune.
+    assert_eq!(
+        plan(
+            &adopt,
+            Some(&src),
+            &[("default", PLAIN, false)],
+            &[foreign("default")]
+        ),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn row_source_deleted_copies_kept_and_marked_orphaned() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v")]);
+    let mut objects = vec![
+        our_copy(&f, &src, "team-a"),
+        our_copy(&f, &src, "team-b"),
+        foreign("team-c"),
+    ];
+    let steps = plan_sync(&f, None, views_of(CLUSTER).iter().map(view), &objects);
+    assert_eq!(
+        steps.iter().map(summary).collect::<Vec<_>>(),
+        ["orphan team-a/tok", "orphan team-b/tok"]
+    );
+    // Kept: nothing is deleted, and the data stays (the apply carries it).
+    for step in &steps {
+        let Step::MarkOrphaned { object } = step else {
+            panic!("{step:?}")
+        };
+        assert!(object.same_content(&src));
+        assert!(f.owner.owns(object.metadata().labels.as_ref()));
+        assert_eq!(
+            object.metadata().annotations.as_ref().unwrap()[ORPHANED_ANNOTATION],
+            "true"
+        );
+    }
+    execute(&mut objects, &steps);
+    // Marked once.
+    assert_eq!(plan(&f, None, CLUSTER, &objects), Vec::<String>::new());
+    // The source comes back: the mark goes.
+    assert_eq!(
+        plan(&f, Some(&src), CLUSTER, &objects),
+        ["update team-a", "update team-b", "skip team-c"]
+    );
+}
+
+#[test]
+fn row_config_sync_deleted_follows_the_deletion_policy() {
+    let src = source(&[("token", "v")]);
+    for (policy, want) in [
+        ("Orphan", ["release team-a/tok", "release team-b/tok"]),
+        ("Delete", ["delete team-a/tok", "delete team-b/tok"]),
+    ] {
+        let f = fan_out(serde_json::json!({"deletionPolicy": policy}));
+        let observed = [
+            our_copy(&f, &src, "team-a"),
+            our_copy(&f, &src, "team-b"),
+            foreign("team-c"),
+        ];
+        let steps = plan_deletion(&f, &observed);
+        assert_eq!(
+            steps.iter().map(summary).collect::<Vec<_>>(),
+            want,
+            "{policy}"
+        );
+        if let Step::Release { patch, .. } = &steps[0] {
+            assert_eq!(patch, &release_patch());
+        }
+    }
+    // The finalizer is on the ConfigSync only: copies never get one.
+    let f = fan_out(serde_json::json!({}));
+    assert_eq!(our_copy(&f, &src, "team-a").metadata().finalizers, None);
+}
+
+#[test]
+fn row_secret_type_changed_or_target_immutable_copy_recreated() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v2")]);
+    let mut tls = src.clone();
+    if let ConfigObject::Secret(s) = &mut tls {
+        s.type_ = Some("kubernetes.io/tls".to_owned());
+    }
+    let old_type = our_copy(&f, &src, "team-a");
+    let mut immutable_stale = our_copy(&f, &source(&[("token", "v1")]), "team-b");
+    let mut immutable_fresh = our_copy(&f, &tls, "team-c");
+    for obj in [&mut immutable_stale, &mut immutable_fresh] {
+        if let ConfigObject::Secret(s) = obj {
+            s.immutable = Some(true);
+        }
+    }
+    assert_eq!(
+        plan(
+            &f,
+            Some(&tls),
+            CLUSTER,
+            &[old_type, immutable_stale, immutable_fresh.clone()]
+        ),
+        [
+            "recreate team-a TypeChanged",
+            "recreate team-b TypeChanged",
+            "in-sync team-c"
+        ]
+    );
+    let src_v3 = {
+        let mut s = tls.clone();
+        if let ConfigObject::Secret(s) = &mut s {
+            s.data = Some(BTreeMap::from([(
+                "tls.crt".to_owned(),
+                ByteString(b"new".to_vec()),
+            )]));
+        }
+        s
+    };
+    assert_eq!(
+        plan(&f, Some(&src_v3), &CLUSTER[3..4], &[immutable_fresh]),
+        ["recreate team-c Immutable"]
+    );
+    // A foreign object of another type is adopted by re-creation.
+    let adopt = fan_out(serde_json::json!({"conflictPolicy": "Adopt"}));
+    assert_eq!(
+        plan(&adopt, Some(&tls), &CLUSTER[1..2], &[foreign("team-a")]),
+        ["recreate team-a TypeChanged"]
+    );
+}
+
+#[test]
+fn row_namespace_terminating_is_skipped() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v2")]);
+    let stale = our_copy(&f, &source(&[("token", "v1")]), "team-b");
+    let cluster: &[Ns] = &[
+        ("team-a", TENANT, true),
+        ("team-b", TENANT, true),
+        ("team-c", TENANT, false),
+    ];
+    // Nothing created, updated or pruned in a terminating namespace.
+    assert_eq!(
+        plan(&f, Some(&src), cluster, std::slice::from_ref(&stale)),
+        ["create team-c"]
+    );
+    assert_eq!(plan(&f, None, cluster, &[stale]), Vec::<String>::new());
+}
+
+#[test]
+fn row_operator_restarted_mid_way_converges_from_cluster_state() {
+    let src = source(&[("token", "v")]);
+    let cluster: Vec<Ns> = CLUSTER
+        .iter()
+        .copied()
+        .chain([("team-d", TENANT, false), ("other", PLAIN, false)])
+        .collect();
+    // A previous process wrote two copies (one under an older source), then died. A fresh FanOut
+    // built from the spec alone (no memory) finishes the job.
+    let before_restart = fan_out(serde_json::json!({}));
+    let mut objects = vec![
+        our_copy(&before_restart, &src, "team-a"),
+        our_copy(&before_restart, &source(&[("token", "old")]), "team-b"),
+        our_copy(&before_restart, &src, "other"),
+        foreign("team-d"),
+    ];
+    let f = fan_out(serde_json::json!({}));
+    assert_eq!(
+        plan(&f, Some(&src), &cluster, &objects),
+        [
+            "delete other/tok",
+            "in-sync team-a",
+            "update team-b",
+            "create team-c",
+            "skip team-d"
+        ]
+    );
+    let steps = plan_sync(
+        &f,
+        Some(&src),
+        views_of(&cluster).iter().map(view),
+        &objects,
+    );
+    execute(&mut objects, &steps);
+    assert_eq!(
+        plan(&f, Some(&src), &cluster, &objects),
+        [
+            "in-sync team-a",
+            "in-sync team-b",
+            "in-sync team-c",
+            "skip team-d"
+        ],
+        "a second pass has nothing to write"
+    );
+}
+
+#[test]
+fn kopy_copies_are_owned_by_their_source() {
+    let src = source(&[("token", "v")]);
+    let mut annotations = map(&[(crate::fan_out::KOPY_SYNC_ANNOTATION, "role=tenant")]);
+    annotations.insert("x".to_owned(), "y".to_owned());
+    let f = FanOut::from_kopy(&src.source_ref(), Some(&annotations), ["flux-system"])
+        .unwrap()
+        .unwrap();
+    let steps = plan_sync(&f, Some(&src), views_of(CLUSTER).iter().map(view), &[]);
+    assert_eq!(
+        steps.iter().map(summary).collect::<Vec<_>>(),
+        ["create team-a", "create team-b", "create team-c"]
+    );
+    let Step::Create { object } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    let labels = object.metadata().labels.as_ref().unwrap();
+    assert_eq!(labels["copy.conflux.dev/source-namespace"], "flux-system");
+    assert_eq!(labels["copy.conflux.dev/source-name"], "tok");
+    assert!(
+        !labels.contains_key("reconcile.fluxcd.io/watch"),
+        "kopy copies carry no source labels"
+    );
+}
+
+#[test]
+fn config_maps_are_planned_like_secrets() {
+    let mut f = fan_out(serde_json::json!({}));
+    f.source.kind = SourceKind::ConfigMap;
+    let cm = ConfigObject::ConfigMap(ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("tok".to_owned()),
+            namespace: Some("flux-system".to_owned()),
+            ..ObjectMeta::default()
+        },
+        data: Some(map(&[("a", "1")])),
+        ..ConfigMap::default()
+    });
+    // A Secret of the same name is another kind: ignored, the ConfigMap is created.
+    assert_eq!(
+        plan(
+            &f,
+            Some(&cm),
+            &CLUSTER[1..2],
+            &[our_copy(
+                &fan_out(serde_json::json!({})),
+                &source(&[]),
+                "team-a"
+            )]
+        ),
+        ["create team-a"]
+    );
+}
+
+fn views_of(namespaces: &[Ns]) -> Vec<(String, BTreeMap<String, String>, bool)> {
+    views(namespaces)
+}
+
+fn view(v: &(String, BTreeMap<String, String>, bool)) -> NamespaceView<'_> {
+    NamespaceView::new(&v.0).labels(&v.1).terminating(v.2)
+}
