@@ -28,6 +28,9 @@ use crate::Error;
 /// stays a float). Strings containing characters go-yaml's reader rejects (DEL, C1 controls,
 /// U+FFFE, U+FFFF) give `yaml: control characters are not allowed`, and a raw NEL (U+0085) is
 /// folded like a line break, exactly as in the Go pipeline.
+///
+/// Float values are taken as serde_json parsed them; without its `float_roundtrip` feature a
+/// long literal can be one ULP off from Go's parse (`9007199254740993.0`).
 pub fn json_to_yaml(value: &serde_json::Value) -> Result<String, Error> {
     let node = node_from_value(value)?;
     Ok(emit_document(&node))
@@ -36,7 +39,10 @@ pub fn json_to_yaml(value: &serde_json::Value) -> Result<String, Error> {
 /// The same on JSON text, keeping number literals as written (`1.0`, `1e3`, `-0`, `1e400`),
 /// because go-yaml types numbers from their literal.
 ///
-/// Errors carry go-yaml's message, e.g. `yaml: control characters are not allowed`.
+/// Errors carry go-yaml's message, e.g. `yaml: control characters are not allowed`. Input that
+/// is not JSON is read leniently as go-yaml would where cheap (unquoted `yes` or `0x1F` resolve
+/// as YAML 1.1 plain scalars), except that an unquoted timestamp stays text and a non-string
+/// mapping key is an error.
 pub fn json_text_to_yaml(json: &str) -> Result<String, Error> {
     let node = JsonReader::new(json).read_document()?;
     Ok(emit_document(&node))
@@ -1351,10 +1357,11 @@ fn format_go_float(f: f64, fmt: FloatFmt) -> String {
         FloatFmt::G => !(-4..6).contains(&exp),
     };
     if use_e {
-        out.push(digits[0] as char);
+        // A finite non-zero float always has at least one significant digit.
+        out.push(digits.first().map_or('0', |&d| d as char));
         if nd > 1 {
             out.push('.');
-            out.extend(digits[1..].iter().map(|&d| d as char));
+            out.extend(digits.iter().skip(1).map(|&d| d as char));
         }
         out.push('e');
         out.push(if exp < 0 { '-' } else { '+' });
