@@ -43,6 +43,7 @@ pub const FINALIZER: &str = "copy.conflux.dev/finalizer";
         group = "conflux.dev",
         version = "v1alpha1",
         kind = "ConfigSync",
+        doc = "A ConfigSync copies one ConfigMap or Secret into every selected namespace and keeps the copies in sync.",
         status = "ConfigSyncStatus",
         shortname = "csync",
         derive = "PartialEq",
