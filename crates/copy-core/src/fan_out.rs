@@ -191,12 +191,17 @@ impl FanOut {
                 }));
             }
         };
-        Some(Ok(FanOut {
+        Some(Ok(FanOut::kopy(source, selector)))
+    }
+
+    /// The fan-out of a kopy source with an already parsed `selector`. With
+    /// `Selector::nothing()` it selects no namespace, which is what the controller needs once the
+    /// source or its annotation is gone: `plan_sync(.., None, ..)` then marks the copies orphaned,
+    /// and [`plan_deletion`](crate::plan::plan_deletion) releases them.
+    pub fn kopy(source: &SourceRef, selector: Selector) -> Self {
+        FanOut {
             source: source.clone(),
-            owner: Owner::Kopy {
-                namespace: source.namespace.clone(),
-                name: source.name.clone(),
-            },
+            owner: Owner::kopy(source),
             target_name: source.name.clone(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
@@ -206,7 +211,7 @@ impl FanOut {
             selector: Some(selector),
             namespaces: Vec::new(),
             exclude_namespaces: Vec::new(),
-        }))
+        }
     }
 
     /// Whether `ns` gets a copy.

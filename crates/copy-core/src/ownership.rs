@@ -56,6 +56,14 @@ pub enum Owner {
 }
 
 impl Owner {
+    /// The owner of the copies of a kopy-annotated `source`.
+    pub fn kopy(source: &SourceRef) -> Self {
+        Owner::Kopy {
+            namespace: source.namespace.clone(),
+            name: source.name.clone(),
+        }
+    }
+
     /// The labels every copy of this owner carries (managed-by plus the owner's name).
     pub fn labels(&self) -> BTreeMap<String, String> {
         let mut labels =

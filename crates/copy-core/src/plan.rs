@@ -36,6 +36,11 @@ pub enum RecreateReason {
 }
 
 /// One write (or deliberate non-write) in one namespace.
+///
+/// Objects are applied with server-side apply, field manager
+/// [`FIELD_MANAGER`](crate::ownership::FIELD_MANAGER) and `force`: conflux is the authority on its
+/// copies, so fields someone edited by hand (now owned by their manager) are taken back rather than
+/// reported as conflicts.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// Create the copy (server-side apply with field manager `conflux`).

@@ -559,6 +559,32 @@ fn kopy_copies_are_owned_by_their_source() {
 }
 
 #[test]
+fn kopy_source_gone_copies_orphaned_then_released() {
+    let src = source(&[("token", "v")]);
+    let live = FanOut::kopy(
+        &src.source_ref(),
+        watch_index::selector::Selector::parse("role=tenant").unwrap(),
+    );
+    let mut objects = vec![our_copy(&live, &src, "team-a"), foreign("team-b")];
+    // The source (or its annotation) is gone: only its identity is left.
+    let gone = FanOut::kopy(
+        &src.source_ref(),
+        watch_index::selector::Selector::nothing(),
+    );
+    let steps = plan_sync(&gone, None, views_of(CLUSTER).iter().map(view), &objects);
+    assert_eq!(
+        steps.iter().map(summary).collect::<Vec<_>>(),
+        ["orphan team-a/tok"]
+    );
+    execute(&mut objects, &steps);
+    let steps = plan_deletion(&gone, &objects);
+    assert_eq!(
+        steps.iter().map(summary).collect::<Vec<_>>(),
+        ["release team-a/tok"]
+    );
+}
+
+#[test]
 fn config_maps_are_planned_like_secrets() {
     let mut f = fan_out(serde_json::json!({}));
     f.source.kind = SourceKind::ConfigMap;
