@@ -109,6 +109,27 @@ pub(crate) struct Evaluator<'t, 'v, V: VarSource + ?Sized> {
     eval_error: Option<Error>,
     /// When set, names looked up but not defined (outside default operators) are recorded.
     undefined: Option<Vec<UndefinedVariable>>,
+    /// Recent lookups, so a name used many times is hashed by the caller's map once
+    /// (a direct-mapped cache indexed by a cheap hash of the name).
+    lookup_cache: Vec<Option<CachedLookup<'t, 'v>>>,
+}
+
+/// One remembered variable lookup.
+struct CachedLookup<'t, 'v> {
+    name: &'t [u8],
+    value: Option<Cow<'v, str>>,
+}
+
+const LOOKUP_CACHE_SLOTS: usize = 64;
+
+/// A cheap multiplicative hash of a name, for the lookup cache only.
+fn name_slot(name: &[u8]) -> usize {
+    let mut hash: u64 = 0;
+    for &byte in name {
+        hash = (hash.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+    // The cache has 64 slots: the top 6 bits of the hash pick one.
+    usize::try_from(hash >> 58).unwrap_or(0)
 }
 
 fn parse_error(kind: SubstitutionErrorKind, offset: usize) -> Error {
@@ -130,6 +151,7 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
             scratch: Vec::new(),
             eval_error: None,
             undefined: None,
+            lookup_cache: Vec::new(),
         }
     }
 
@@ -227,30 +249,50 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
     /// false at the end of the template. A NUL byte ends the template, as upstream's scanner
     /// reads byte 0 as end of input (the rest is dropped).
     fn copy_text(&mut self) -> bool {
+        let src = self.src;
+        let writing = self.eval_error.is_none();
+        // Bytes from `copied` up to the special byte found still have to be copied.
+        let mut copied = self.pos;
+        let mut pos = self.pos;
         loop {
-            let rest = &self.src[self.pos..];
-            let Some(found) = memchr2(b'$', 0, rest) else {
-                if self.eval_error.is_none() {
-                    self.out.extend_from_slice(rest);
+            let rest = &src[pos..];
+            // `$$`-dense text has specials a few bytes apart: look close by before memchr.
+            let near = rest.iter().take(16).position(|&b| b == b'$' || b == 0);
+            let found = near.or_else(|| {
+                memchr2(b'$', 0, rest.get(16..).unwrap_or_default()).map(|offset| offset + 16)
+            });
+            let Some(found) = found else {
+                if writing {
+                    self.out.extend_from_slice(&src[copied..]);
                 }
-                self.pos = self.src.len();
+                self.pos = src.len();
                 return false;
             };
-            if self.eval_error.is_none() {
-                self.out.extend_from_slice(&rest[..found]);
-            }
-            self.pos += found;
-            if rest[found] == 0 {
-                self.pos = self.src.len();
+            let at = pos + found;
+            if src[at] == 0 {
+                if writing {
+                    self.out.extend_from_slice(&src[copied..at]);
+                }
+                self.pos = src.len();
                 return false;
             }
-            match self.byte_at(self.pos + 1) {
-                Some(b'{') => return true,
-                Some(b'$') => self.pos += 2,
-                _ => self.pos += 1,
-            }
-            if self.eval_error.is_none() {
-                self.out.push(b'$');
+            match src.get(at + 1) {
+                Some(b'{') => {
+                    if writing {
+                        self.out.extend_from_slice(&src[copied..at]);
+                    }
+                    self.pos = at;
+                    return true;
+                }
+                Some(b'$') => {
+                    // Keep the first `$`, drop the second.
+                    if writing {
+                        self.out.extend_from_slice(&src[copied..=at]);
+                    }
+                    copied = at + 2;
+                    pos = at + 2;
+                }
+                _ => pos = at + 1,
             }
         }
     }
@@ -258,6 +300,14 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
     /// Scans a name (Unicode letters, digits, `_`) at the current position.
     fn name(&mut self) -> (usize, usize) {
         let start = self.pos;
+        let ascii_len = self.src[start..]
+            .iter()
+            .position(|&b| !(b.is_ascii_alphanumeric() || b == b'_'))
+            .unwrap_or(self.src.len() - start);
+        self.pos += ascii_len;
+        if self.byte().is_none_or(|b| b.is_ascii()) {
+            return (start, self.pos);
+        }
         while let Some((c, width)) = decode_rune(self.src, self.pos) {
             if !is_ident_char(c) {
                 break;
@@ -460,8 +510,9 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
         name_end: usize,
         tolerates_missing: bool,
     ) -> Option<Cow<'v, str>> {
-        let name = self.template.get(name_start..name_end).unwrap_or_default();
-        let value = self.vars.lookup(name);
+        let template: &'t str = self.template;
+        let name = template.get(name_start..name_end).unwrap_or_default();
+        let value = self.cached_lookup(name);
         if value.is_none() {
             if self.mode == Mode::Strict && !tolerates_missing {
                 self.eval_error = Some(parse_error(
@@ -480,6 +531,25 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
         Some(value.unwrap_or(Cow::Borrowed("")))
     }
 
+    fn cached_lookup(&mut self, name: &'t str) -> Option<Cow<'v, str>> {
+        let vars = self.vars;
+        if self.lookup_cache.is_empty() {
+            self.lookup_cache.resize_with(LOOKUP_CACHE_SLOTS, || None);
+        }
+        let slot = &mut self.lookup_cache[name_slot(name.as_bytes())];
+        match slot {
+            Some(cached) if cached.name == name.as_bytes() => cached.value.clone(),
+            _ => {
+                let value = vars.lookup(name);
+                *slot = Some(CachedLookup {
+                    name: name.as_bytes(),
+                    value: value.clone(),
+                });
+                value
+            }
+        }
+    }
+
     /// Where a finished value goes: the output at top level, else the enclosing argument.
     fn deliver(&mut self, value: &[u8]) {
         if self.open.is_empty() {
@@ -492,23 +562,28 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
 
     /// An expression without arguments, complete at its `}`.
     fn immediate(&mut self, start: usize, name_start: usize, name_end: usize, kind: Immediate) {
-        let mut scratch = std::mem::take(&mut self.scratch);
-        scratch.clear();
+        let top_level = self.open.is_empty();
         if self.eval_error.is_none()
             && let Some(value) = self.lookup(start, name_start, name_end, false)
         {
             let value = value.as_bytes();
+            let sink = if top_level {
+                &mut self.out
+            } else {
+                &mut self.arg_bytes
+            };
             match kind {
-                Immediate::Value => scratch.extend_from_slice(value),
-                Immediate::Length => scratch.extend_from_slice(value.len().to_string().as_bytes()),
-                Immediate::Upper => map_runes(value, simple_upper, &mut scratch),
-                Immediate::Lower => map_runes(value, simple_lower, &mut scratch),
-                Immediate::UpperFirst => map_first_rune(value, simple_upper, &mut scratch),
-                Immediate::LowerFirst => map_first_rune(value, simple_lower, &mut scratch),
+                Immediate::Value => sink.extend_from_slice(value),
+                Immediate::Length => sink.extend_from_slice(value.len().to_string().as_bytes()),
+                Immediate::Upper => map_runes(value, simple_upper, sink),
+                Immediate::Lower => map_runes(value, simple_lower, sink),
+                Immediate::UpperFirst => map_first_rune(value, simple_upper, sink),
+                Immediate::LowerFirst => map_first_rune(value, simple_lower, sink),
             }
         }
-        self.deliver(&scratch);
-        self.scratch = scratch;
+        if !top_level {
+            self.finish_argument();
+        }
     }
 
     /// The `}` of the innermost open expression was consumed: evaluate it.

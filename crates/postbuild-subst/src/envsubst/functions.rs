@@ -87,18 +87,33 @@ pub(crate) fn replace(value: &[u8], old: &[u8], new: &[u8], first_only: bool, ou
         return;
     }
     let mut copied = 0;
-    for found in memmem::find_iter(value, old) {
-        if found < copied {
-            continue;
-        }
-        out.extend_from_slice(&value[copied..found]);
+    while let Some(found) = find(&value[copied..], old) {
+        out.extend_from_slice(&value[copied..copied + found]);
         out.extend_from_slice(new);
-        copied = found + old.len();
+        copied += found + old.len();
         if first_only {
             break;
         }
     }
     out.extend_from_slice(&value[copied..]);
+}
+
+/// The first occurrence of a non-empty `needle`. Short haystacks (typical variable values) are
+/// searched directly; building a `memmem` searcher only pays off on long ones.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    if haystack.len() > 256 {
+        return memmem::find(haystack, needle);
+    }
+    let (&first, rest) = needle.split_first()?;
+    let mut from = 0;
+    while let Some(offset) = memchr::memchr(first, &haystack[from..]) {
+        let at = from + offset;
+        if haystack[at + 1..].starts_with(rest) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 /// `${v/#pattern/string}`: replace a literal prefix.
