@@ -16,6 +16,8 @@
 //! - No label or annotation of the source is copied (its `reconcile.fluxcd.io/watch` label in
 //!   particular).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
@@ -44,6 +46,9 @@ pub struct DesiredCopy {
     pub object: ConfigObject,
     /// How to write it.
     pub mode: WriteMode,
+    /// With [`WriteMode::Apply`]: a JSON merge patch to send as well, removing `data`/`binaryData`
+    /// keys the target has and the source does not ([`stray_keys_patch`]).
+    pub cleanup: Option<serde_json::Value>,
 }
 
 /// The outcome of the Secret type rules for one source/target pair.
@@ -131,14 +136,22 @@ pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<Desired
         return Ok(DesiredCopy {
             object: whole,
             mode: WriteMode::Recreate,
+            cleanup: None,
         });
     }
-    let mode = if changed {
-        WriteMode::Apply
-    } else {
-        WriteMode::Unchanged
-    };
-    Ok(DesiredCopy { object, mode })
+    if !changed {
+        return Ok(DesiredCopy {
+            object,
+            mode: WriteMode::Unchanged,
+            cleanup: None,
+        });
+    }
+    let cleanup = stray_keys_patch(&object, target);
+    Ok(DesiredCopy {
+        object,
+        mode: WriteMode::Apply,
+        cleanup,
+    })
 }
 
 /// The copy of `source` that `fan_out` wants in `namespace`: the source's content, the fan-out's
@@ -186,6 +199,47 @@ pub fn template_hash(fan_out: &FanOut) -> String {
         }
     }
     hex(&h.finalize()[..8])
+}
+
+/// A JSON merge patch removing the `data` (and ConfigMap `binaryData`) keys `observed` has and
+/// `desired` does not, or `None` when there are none.
+///
+/// Server-side apply removes only keys conflux owned; a key someone else added (a `kubectl edit`,
+/// the previous owner of an adopted object) survives every apply. A copy must equal its source, so
+/// the controller sends this patch along with the apply.
+pub fn stray_keys_patch(
+    desired: &ConfigObject,
+    observed: &ConfigObject,
+) -> Option<serde_json::Value> {
+    fn stray<V, W>(
+        desired: &Option<BTreeMap<String, V>>,
+        observed: &Option<BTreeMap<String, W>>,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        observed
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !desired.as_ref().is_some_and(|d| d.contains_key(*k)))
+            .map(|(k, _)| (k.clone(), serde_json::Value::Null))
+            .collect()
+    }
+    let (data, binary_data) = match (desired, observed) {
+        (ConfigObject::ConfigMap(d), ConfigObject::ConfigMap(o)) => (
+            stray(&d.data, &o.data),
+            stray(&d.binary_data, &o.binary_data),
+        ),
+        (ConfigObject::Secret(d), ConfigObject::Secret(o)) => {
+            (stray(&d.data, &o.data), serde_json::Map::new())
+        }
+        _ => return None,
+    };
+    let mut patch = serde_json::Map::new();
+    if !data.is_empty() {
+        patch.insert("data".to_owned(), data.into());
+    }
+    if !binary_data.is_empty() {
+        patch.insert("binaryData".to_owned(), binary_data.into());
+    }
+    (!patch.is_empty()).then(|| patch.into())
 }
 
 /// Name and namespace only: the identity of the object being applied.
@@ -380,6 +434,26 @@ mod tests {
         assert_eq!(json["apiVersion"], "v1");
         assert_eq!(json["kind"], "Secret");
         assert_eq!(json["data"]["username"], "dQ==", "base64 on the wire");
+    }
+
+    #[test]
+    fn pull_removes_keys_the_source_does_not_have() {
+        let source = secret("src", None, &[("k", "v")]);
+        let target = target_secret(Some("Opaque"), &[("k", "old"), ("added-by-hand", "x")]);
+        let desired = pull_copy(&source, &target).unwrap();
+        assert_eq!(desired.mode, WriteMode::Apply);
+        assert_eq!(
+            desired.cleanup,
+            Some(serde_json::json!({"data": {"added-by-hand": null}}))
+        );
+        let cm_source = config_map("src", &[("a", "1")], None);
+        let cm_target = config_map("app", &[("a", "1"), ("b", "2")], Some(&[("bin", &[1])]));
+        assert_eq!(
+            pull_copy(&cm_source, &cm_target).unwrap().cleanup,
+            Some(serde_json::json!({"data": {"b": null}, "binaryData": {"bin": null}}))
+        );
+        let in_sync = target_secret(Some("Opaque"), &[("k", "v")]);
+        assert_eq!(pull_copy(&source, &in_sync).unwrap().cleanup, None);
     }
 
     #[test]

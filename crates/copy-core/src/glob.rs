@@ -82,4 +82,24 @@ mod tests {
         assert!(any_match(["x", "team-*"], "team-a"));
         assert!(!any_match([], "team-a"));
     }
+
+    /// The obvious recursive definition, to check the iterative one against.
+    fn reference(p: &[u8], n: &[u8]) -> bool {
+        match (p.first(), n.first()) {
+            (None, _) => n.is_empty(),
+            (Some(b'*'), _) => reference(&p[1..], n) || (!n.is_empty() && reference(p, &n[1..])),
+            (Some(_), None) => false,
+            (Some(&c), Some(&d)) => (c == b'?' || c == d) && reference(&p[1..], &n[1..]),
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn matches_reference(pattern in "[ab*?-]{0,8}", name in "[ab-]{0,10}") {
+            proptest::prop_assert_eq!(
+                glob_match(&pattern, &name),
+                reference(pattern.as_bytes(), name.as_bytes())
+            );
+        }
+    }
 }

@@ -21,7 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config_sync::{ConflictPolicy, DeletionPolicy};
-use crate::desired::fan_out_copy;
+use crate::desired::{fan_out_copy, stray_keys_patch};
 use crate::fan_out::{FanOut, NamespaceView};
 use crate::ownership::{ORPHANED_ANNOTATION, is_managed, release_patch};
 use crate::source::ConfigObject;
@@ -52,6 +52,9 @@ pub enum Step {
     Update {
         /// The copy.
         object: ConfigObject,
+        /// A JSON merge patch to send too, removing data keys someone else added
+        /// ([`stray_keys_patch`]).
+        cleanup: Option<serde_json::Value>,
     },
     /// Delete the existing object, then create the copy.
     Recreate {
@@ -65,6 +68,9 @@ pub enum Step {
     Adopt {
         /// The copy.
         object: ConfigObject,
+        /// A JSON merge patch to send too, removing the previous owner's data keys
+        /// ([`stray_keys_patch`]).
+        cleanup: Option<serde_json::Value>,
     },
     /// Our copy is already what it should be.
     InSync {
@@ -111,9 +117,9 @@ impl Step {
     pub fn namespace(&self) -> &str {
         match self {
             Step::Create { object }
-            | Step::Update { object }
+            | Step::Update { object, .. }
             | Step::Recreate { object, .. }
-            | Step::Adopt { object }
+            | Step::Adopt { object, .. }
             | Step::MarkOrphaned { object } => object.namespace(),
             Step::InSync { namespace }
             | Step::Delete { namespace, .. }
@@ -262,7 +268,10 @@ fn reconcile_owned(observed: &ConfigObject, desired: ConfigObject) -> Step {
         )
         || is_orphaned(observed);
     if drifted {
-        Step::Update { object: desired }
+        Step::Update {
+            cleanup: stray_keys_patch(&desired, observed),
+            object: desired,
+        }
     } else {
         Step::InSync {
             namespace: observed.namespace().to_owned(),
@@ -280,7 +289,10 @@ fn conflict(observed: &ConfigObject, desired: ConfigObject, fan_out: &FanOut) ->
                 object: desired,
                 reason,
             },
-            None => Step::Adopt { object: desired },
+            None => Step::Adopt {
+                cleanup: stray_keys_patch(&desired, observed),
+                object: desired,
+            },
         };
     }
     let why = if other_owner {

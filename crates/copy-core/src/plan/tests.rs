@@ -102,9 +102,9 @@ fn plan(
 fn summary(step: &Step) -> String {
     match step {
         Step::Create { object } => format!("create {}", object.namespace()),
-        Step::Update { object } => format!("update {}", object.namespace()),
+        Step::Update { object, .. } => format!("update {}", object.namespace()),
         Step::Recreate { object, reason } => format!("recreate {} {reason:?}", object.namespace()),
-        Step::Adopt { object } => format!("adopt {}", object.namespace()),
+        Step::Adopt { object, .. } => format!("adopt {}", object.namespace()),
         Step::InSync { namespace } => format!("in-sync {namespace}"),
         Step::Delete { namespace, name } => format!("delete {namespace}/{name}"),
         Step::Skip { namespace, .. } => format!("skip {namespace}"),
@@ -115,38 +115,93 @@ fn summary(step: &Step) -> String {
     }
 }
 
-/// Executes steps the way the API server would end up (server-side apply of our fields replaces
-/// what we own; a merge patch strips labels).
+/// Executes steps the way the API server would end up: create and re-create replace the object;
+/// a (forced) server-side apply overlays our fields on what is there, so keys others added survive
+/// unless the cleanup merge patch removes them; a release merge patch strips ownership labels.
 fn execute(objects: &mut Vec<ConfigObject>, steps: &[Step]) {
+    let key = |o: &ConfigObject| (o.namespace().to_owned(), o.name().to_owned());
     for step in steps {
-        let key = |o: &ConfigObject| (o.namespace().to_owned(), o.name().to_owned());
-        match step {
+        let (namespace, name) = match step {
             Step::Create { object }
-            | Step::Update { object }
+            | Step::Update { object, .. }
             | Step::Recreate { object, .. }
-            | Step::Adopt { object }
-            | Step::MarkOrphaned { object } => {
+            | Step::Adopt { object, .. }
+            | Step::MarkOrphaned { object } => key(object),
+            Step::Delete { namespace, name }
+            | Step::Release {
+                namespace, name, ..
+            }
+            | Step::Skip {
+                namespace, name, ..
+            } => (namespace.clone(), name.clone()),
+            Step::InSync { .. } => continue,
+        };
+        let at = objects
+            .iter()
+            .position(|o| key(o) == (namespace.clone(), name.clone()));
+        match (step, at) {
+            (Step::Create { object } | Step::Recreate { object, .. }, _) => {
                 objects.retain(|o| key(o) != key(object));
                 objects.push(object.clone());
             }
-            Step::Delete { namespace, name } => {
-                objects.retain(|o| key(o) != (namespace.clone(), name.clone()));
+            (Step::Update { object, cleanup } | Step::Adopt { object, cleanup }, Some(i)) => {
+                objects[i] = server_side_apply(&objects[i], object, cleanup.as_ref());
             }
-            Step::Release {
-                namespace, name, ..
-            } => {
-                for o in objects
-                    .iter_mut()
-                    .filter(|o| key(o) == (namespace.clone(), name.clone()))
-                {
-                    if let Some(labels) = o.metadata_mut().labels.as_mut() {
-                        labels.retain(|k, _| k != MANAGED_BY_LABEL && k != CONFIG_SYNC_LABEL);
-                    }
+            (Step::MarkOrphaned { object }, Some(i)) => {
+                objects[i] = server_side_apply(&objects[i], object, None);
+            }
+            (Step::Delete { .. }, Some(i)) => {
+                objects.remove(i);
+            }
+            (Step::Release { .. }, Some(i)) => {
+                if let Some(labels) = objects[i].metadata_mut().labels.as_mut() {
+                    labels.retain(|k, _| k != MANAGED_BY_LABEL && k != CONFIG_SYNC_LABEL);
                 }
             }
-            Step::InSync { .. } | Step::Skip { .. } => {}
+            (Step::Skip { .. }, _) => {}
+            (step, None) => panic!("{step:?} on an object that does not exist"),
+            (Step::InSync { .. }, _) => unreachable!(),
         }
     }
+}
+
+/// Our fields over the observed object; `cleanup` removes data keys first.
+fn server_side_apply(
+    observed: &ConfigObject,
+    applied: &ConfigObject,
+    cleanup: Option<&serde_json::Value>,
+) -> ConfigObject {
+    let removed = |field: &str, k: &str| cleanup.is_some_and(|c| c[field].get(k).is_some());
+    let mut out = observed.clone();
+    let (meta, applied_meta) = (out.metadata_mut(), applied.metadata());
+    for (ours, theirs) in [
+        (&applied_meta.labels, &mut meta.labels),
+        (&applied_meta.annotations, &mut meta.annotations),
+    ] {
+        let ours = ours.clone().unwrap_or_default();
+        let theirs = theirs.get_or_insert_with(BTreeMap::new);
+        // Only conflux writes its own keys, always by apply: one it no longer applies goes.
+        theirs.retain(|k, _| !k.starts_with("copy.conflux.dev/") || ours.contains_key(k));
+        theirs.extend(ours);
+    }
+    match (&mut out, applied) {
+        (ConfigObject::Secret(o), ConfigObject::Secret(a)) => {
+            let data = o.data.get_or_insert_with(BTreeMap::new);
+            data.retain(|k, _| !removed("data", k));
+            data.extend(a.data.clone().unwrap_or_default());
+            o.type_ = a.type_.clone();
+        }
+        (ConfigObject::ConfigMap(o), ConfigObject::ConfigMap(a)) => {
+            let data = o.data.get_or_insert_with(BTreeMap::new);
+            data.retain(|k, _| !removed("data", k));
+            data.extend(a.data.clone().unwrap_or_default());
+            let binary = o.binary_data.get_or_insert_with(BTreeMap::new);
+            binary.retain(|k, _| !removed("binaryData", k));
+            binary.extend(a.binary_data.clone().unwrap_or_default());
+        }
+        _ => panic!("kinds differ"),
+    }
+    out
 }
 
 const CLUSTER: &[Ns] = &[
@@ -619,4 +674,163 @@ fn views_of(namespaces: &[Ns]) -> Vec<(String, BTreeMap<String, String>, bool)> 
 
 fn view(v: &(String, BTreeMap<String, String>, bool)) -> NamespaceView<'_> {
     NamespaceView::new(&v.0).labels(&v.1).terminating(v.2)
+}
+
+#[test]
+fn row_copy_edited_key_added_by_hand_is_removed() {
+    let f = fan_out(serde_json::json!({}));
+    let src = source(&[("token", "v")]);
+    let mut edited = our_copy(&f, &src, "team-a");
+    if let ConfigObject::Secret(s) = &mut edited {
+        s.data
+            .get_or_insert_with(BTreeMap::new)
+            .insert("added".to_owned(), ByteString(b"by hand".to_vec()));
+    }
+    let mut objects = vec![edited];
+    let steps = plan_sync(
+        &f,
+        Some(&src),
+        views_of(&CLUSTER[1..2]).iter().map(view),
+        &objects,
+    );
+    let Step::Update { cleanup, .. } = &steps[0] else {
+        panic!("{steps:?}")
+    };
+    assert_eq!(cleanup, &Some(serde_json::json!({"data": {"added": null}})));
+    execute(&mut objects, &steps);
+    assert!(objects[0].same_content(&src));
+}
+
+/// What a namespace holds before the sync, for the convergence property.
+#[derive(Debug, Clone, Copy)]
+enum Before {
+    Nothing,
+    Current,
+    Stale,
+    StaleWithExtraKey,
+    OtherType,
+    ImmutableStale,
+    Orphaned,
+    Foreign,
+    OtherOwner,
+}
+
+const BEFORE: [Before; 9] = [
+    Before::Nothing,
+    Before::Current,
+    Before::Stale,
+    Before::StaleWithExtraKey,
+    Before::OtherType,
+    Before::ImmutableStale,
+    Before::Orphaned,
+    Before::Foreign,
+    Before::OtherOwner,
+];
+
+fn before(f: &FanOut, src: &ConfigObject, ns: &str, what: Before) -> Option<ConfigObject> {
+    let stale = source(&[("token", "old")]);
+    let mut obj = match what {
+        Before::Nothing => return None,
+        Before::Current => our_copy(f, src, ns),
+        Before::Stale | Before::StaleWithExtraKey | Before::ImmutableStale | Before::Orphaned => {
+            our_copy(f, &stale, ns)
+        }
+        Before::OtherType => {
+            let mut tls = src.clone();
+            if let ConfigObject::Secret(s) = &mut tls {
+                s.type_ = Some("kubernetes.io/tls".to_owned());
+            }
+            our_copy(f, &tls, ns)
+        }
+        Before::Foreign => foreign(ns),
+        Before::OtherOwner => {
+            let mut other = f.clone();
+            other.owner = Owner::ConfigSync {
+                name: "other".to_owned(),
+            };
+            our_copy(&other, src, ns)
+        }
+    };
+    match (what, &mut obj) {
+        (Before::StaleWithExtraKey, ConfigObject::Secret(s)) => {
+            s.data
+                .get_or_insert_with(BTreeMap::new)
+                .insert("extra".to_owned(), ByteString(b"x".to_vec()));
+        }
+        (Before::ImmutableStale, ConfigObject::Secret(s)) => s.immutable = Some(true),
+        (Before::Orphaned, o) => {
+            o.metadata_mut()
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ORPHANED_ANNOTATION.to_owned(), "true".to_owned());
+        }
+        _ => {}
+    }
+    Some(obj)
+}
+
+proptest::proptest! {
+    /// Whatever the cluster looks like, executing the plan once leaves nothing to do: a second plan
+    /// only reports in-sync copies and skipped conflicts. Foreign objects are only written with
+    /// `Adopt`, never deleted, and terminating namespaces are never written.
+    #[test]
+    fn one_plan_converges(
+        rows in proptest::collection::vec((proptest::bool::ANY, proptest::bool::ANY, 0..BEFORE.len()), 0..10),
+        prune in proptest::bool::ANY,
+        adopt in proptest::bool::ANY,
+        source_exists in proptest::bool::ANY,
+    ) {
+        let f = fan_out(serde_json::json!({
+            "prune": prune,
+            "conflictPolicy": if adopt { "Adopt" } else { "Skip" },
+        }));
+        let src = source(&[("token", "v"), ("user", "u")]);
+        let names: Vec<String> = (0..rows.len()).map(|i| format!("ns-{i}")).collect();
+        let tenant = map(TENANT);
+        let plain = map(PLAIN);
+        let namespaces: Vec<NamespaceView<'_>> = rows
+            .iter()
+            .zip(&names)
+            .map(|((selected, terminating, _), name)| {
+                NamespaceView::new(name)
+                    .labels(if *selected { &tenant } else { &plain })
+                    .terminating(*terminating)
+            })
+            .collect();
+        let mut objects: Vec<ConfigObject> = rows
+            .iter()
+            .zip(&names)
+            .filter_map(|((_, _, what), ns)| before(&f, &src, ns, BEFORE[*what]))
+            .collect();
+        let initial = objects.clone();
+        let source_obj = source_exists.then_some(&src);
+
+        let steps = plan_sync(&f, source_obj, namespaces.iter().copied(), &objects);
+        for step in &steps {
+            let ns = step.namespace();
+            let i: usize = ns.trim_start_matches("ns-").parse().unwrap();
+            proptest::prop_assert!(!rows[i].1 || step.is_noop(), "wrote in terminating {ns}: {step:?}");
+            let was = initial.iter().find(|o| o.namespace() == ns);
+            let foreign = was.is_some_and(|o| !f.owner.owns(o.metadata().labels.as_ref()));
+            if foreign {
+                let allowed = matches!(step, Step::Skip { .. })
+                    || (adopt && matches!(step, Step::Adopt { .. } | Step::Recreate { .. }));
+                proptest::prop_assert!(allowed, "touched a foreign object: {step:?}");
+            }
+        }
+        execute(&mut objects, &steps);
+
+        let again = plan_sync(&f, source_obj, namespaces.iter().copied(), &objects);
+        proptest::prop_assert!(again.iter().all(Step::is_noop), "second plan: {:?}", again.iter().map(summary).collect::<Vec<_>>());
+        if source_exists {
+            for ns in namespaces.iter().filter(|ns| f.selects(**ns)) {
+                let copy = objects.iter().find(|o| o.namespace() == ns.name);
+                let ok = copy.is_some_and(|c| c.same_content(&src) && f.owner.owns(c.metadata().labels.as_ref()));
+                let conflict = again.iter().any(|s| matches!(s, Step::Skip { namespace, .. } if namespace == ns.name));
+                proptest::prop_assert!(ok || conflict, "{} has no identical copy", ns.name);
+            }
+        } else {
+            proptest::prop_assert_eq!(objects.len(), initial.len(), "nothing is deleted while the source is gone");
+        }
+    }
 }
