@@ -213,3 +213,226 @@ impl ConsumerIndex {
         self.workloads.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ConfigKind::{ConfigMap, Secret};
+    use k8s_openapi::api::apps::v1::Deployment;
+    use serde_json::{Value, json};
+
+    fn deployment(name: &str, annotations: Value, containers: Value) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+            "spec": {"selector": {}, "template": {"spec": {"containers": containers}}},
+        }))
+        .unwrap()
+    }
+
+    fn envfrom_cm(name: &str) -> Value {
+        json!([{"name": "c", "envFrom": [{"configMapRef": {"name": name}}]}])
+    }
+
+    fn names(hits: &[Hit<'_>]) -> Vec<String> {
+        hits.iter().map(|h| h.workload.name.to_string()).collect()
+    }
+
+    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn dep_ref(name: &str) -> ObjectRef {
+        ObjectRef::new("apps", "Deployment", "ns", name)
+    }
+
+    #[test]
+    fn auto_workloads_map_consumed_configs_with_keys() {
+        let mut index = ConsumerIndex::new(Options::default());
+        let a = deployment(
+            "a",
+            json!({"reloader.stakater.com/auto": "true"}),
+            json!([{"name": "c",
+            "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "x"}}}]}]),
+        );
+        let b = deployment(
+            "b",
+            json!({"reloader.stakater.com/auto": "true"}),
+            envfrom_cm("cm"),
+        );
+        let off = deployment("off", json!({}), envfrom_cm("cm"));
+        assert!(index.apply((&a).into()));
+        assert!(index.apply((&b).into()));
+        assert!(!index.apply((&off).into()), "no opt-in, not indexed");
+        let hits = index.lookup(ConfigMap, "ns", "cm", None);
+        assert_eq!(names(&hits), ["a", "b"]);
+        assert_eq!(
+            hits[0].keys,
+            Some(&Keys::Only(BTreeSet::from(["x".to_owned()])))
+        );
+        assert_eq!(hits[1].keys, Some(&Keys::All));
+        assert_eq!(hits[0].reason, Reason::Auto);
+        assert!(index.lookup(ConfigMap, "other-ns", "cm", None).is_empty());
+        assert!(index.lookup(Secret, "ns", "cm", None).is_empty());
+        // ignore on the config: nobody rolls.
+        assert!(
+            index
+                .lookup(
+                    ConfigMap,
+                    "ns",
+                    "cm",
+                    Some(&ann(&[("reloader.stakater.com/ignore", "true")]))
+                )
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn updates_move_references_and_deletes_free_them() {
+        let mut index = ConsumerIndex::new(Options::default());
+        let auto = json!({"reloader.stakater.com/auto": "true"});
+        index.apply((&deployment("a", auto.clone(), envfrom_cm("old"))).into());
+        assert_eq!(names(&index.lookup(ConfigMap, "ns", "old", None)), ["a"]);
+        index.apply((&deployment("a", auto.clone(), envfrom_cm("new"))).into());
+        assert!(index.lookup(ConfigMap, "ns", "old", None).is_empty());
+        assert_eq!(names(&index.lookup(ConfigMap, "ns", "new", None)), ["a"]);
+        // Opting out removes it.
+        index.apply(
+            (&deployment(
+                "a",
+                json!({"reloader.stakater.com/auto": "false"}),
+                envfrom_cm("new"),
+            ))
+                .into(),
+        );
+        assert!(index.lookup(ConfigMap, "ns", "new", None).is_empty());
+        assert!(index.is_empty());
+        index.apply((&deployment("a", auto, envfrom_cm("new"))).into());
+        assert_eq!(index.len(), 1);
+        assert!(index.delete(&dep_ref("a")));
+        assert!(!index.delete(&dep_ref("a")));
+        assert!(index.lookup(ConfigMap, "ns", "new", None).is_empty());
+        assert!(index.is_empty());
+    }
+
+    #[test]
+    fn named_configs_map_even_when_not_consumed() {
+        let mut index = ConsumerIndex::new(Options::default());
+        let w = deployment(
+            "w",
+            json!({"configmap.reloader.stakater.com/reload": "literal, app-.*", "secret.reloader.stakater.com/reload": "tok"}),
+            json!([{"name": "c"}]),
+        );
+        assert!(index.apply((&w).into()));
+        for (kind, name, want) in [
+            (ConfigMap, "literal", true),
+            (ConfigMap, "app-1", true),
+            (ConfigMap, "app", false),
+            (ConfigMap, "tok", false),
+            (Secret, "tok", true),
+            (Secret, "app-1", false),
+        ] {
+            let hits = index.lookup(kind, "ns", name, None);
+            assert_eq!(!hits.is_empty(), want, "{kind}/{name}");
+            if want {
+                assert_eq!(hits[0].reason, Reason::Named);
+                assert_eq!(hits[0].keys, None, "not consumed");
+            }
+        }
+        assert!(index.lookup(ConfigMap, "other", "app-1", None).is_empty());
+        // Dropping the regex list forgets the workload for regex matches.
+        let w = deployment(
+            "w",
+            json!({"configmap.reloader.stakater.com/reload": "literal"}),
+            json!([{"name": "c"}]),
+        );
+        index.apply((&w).into());
+        assert!(index.lookup(ConfigMap, "ns", "app-1", None).is_empty());
+        assert_eq!(
+            names(&index.lookup(ConfigMap, "ns", "literal", None)),
+            ["w"]
+        );
+        index.delete(&dep_ref("w"));
+        assert!(index.regex_named.is_empty());
+    }
+
+    #[test]
+    fn regex_named_and_consumed_is_one_hit() {
+        let mut index = ConsumerIndex::new(Options::default());
+        let w = deployment(
+            "w",
+            json!({"configmap.reloader.stakater.com/reload": "app-.*"}),
+            envfrom_cm("app-1"),
+        );
+        index.apply((&w).into());
+        let hits = index.lookup(ConfigMap, "ns", "app-1", None);
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].keys, Some(&Keys::All));
+    }
+
+    #[test]
+    fn search_and_match() {
+        let mut index = ConsumerIndex::new(Options::default());
+        index.apply(
+            (&deployment(
+                "s",
+                json!({"reloader.stakater.com/search": "true"}),
+                envfrom_cm("cm"),
+            ))
+                .into(),
+        );
+        assert!(
+            index.lookup(ConfigMap, "ns", "cm", None).is_empty(),
+            "no match annotation"
+        );
+        let matched = ann(&[("reloader.stakater.com/match", "true")]);
+        let hits = index.lookup(ConfigMap, "ns", "cm", Some(&matched));
+        assert_eq!(names(&hits), ["s"]);
+        assert_eq!(hits[0].reason, Reason::SearchMatch);
+        assert!(
+            index
+                .lookup(ConfigMap, "ns", "unconsumed", Some(&matched))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn auto_reload_all_indexes_unannotated_workloads() {
+        let mut index = ConsumerIndex::new(Options {
+            auto_reload_all: true,
+        });
+        assert!(index.apply((&deployment("a", json!({}), envfrom_cm("cm"))).into()));
+        assert!(
+            !index.apply(
+                (&deployment(
+                    "b",
+                    json!({"reloader.stakater.com/auto": "false"}),
+                    envfrom_cm("cm")
+                ))
+                    .into()
+            )
+        );
+        assert_eq!(names(&index.lookup(ConfigMap, "ns", "cm", None)), ["a"]);
+    }
+
+    #[test]
+    fn typed_auto_only_for_its_kind() {
+        let mut index = ConsumerIndex::new(Options::default());
+        let containers = json!([{"name": "c", "envFrom": [{"configMapRef": {"name": "x"}}, {"secretRef": {"name": "x"}}]}]);
+        index.apply(
+            (&deployment(
+                "w",
+                json!({"secret.reloader.stakater.com/auto": "true"}),
+                containers,
+            ))
+                .into(),
+        );
+        assert!(index.lookup(ConfigMap, "ns", "x", None).is_empty());
+        assert_eq!(names(&index.lookup(Secret, "ns", "x", None)), ["w"]);
+        let entry = index.get(&dep_ref("w")).unwrap();
+        assert!(entry.consumption(ConfigMap, "x").is_some());
+        assert!(entry.consumption(Secret, "y").is_none());
+    }
+}

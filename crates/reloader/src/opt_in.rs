@@ -732,4 +732,51 @@ mod tests {
         assert_eq!(opt_in.named_patterns(Secret)[0].as_literal(), None);
         assert!(opt_in.problems()[0].to_string().contains("bad("));
     }
+
+    #[test]
+    fn watched_configs_filter_and_add_named() {
+        use std::collections::BTreeSet;
+        let consumed = |kind, name: &str, optional| Consumption {
+            kind,
+            name: name.into(),
+            keys: Keys::Only(BTreeSet::from(["k".to_owned()])),
+            optional,
+        };
+        let consumers = [
+            consumed(ConfigMap, "app", false),
+            consumed(ConfigMap, "ignored", false),
+            consumed(Secret, "creds", false),
+        ];
+        let w = map(&[(CONFIGMAP_AUTO, "true"), (SECRET_RELOAD, "named, other-.*")]);
+        let opt_in = OptIn::parse(w.as_ref(), None);
+        let ignore = map(&[(IGNORE, "true")]).unwrap();
+        let annotations = |kind: ConfigKind, name: &str| {
+            (kind == ConfigMap && name == "ignored").then_some(&ignore)
+        };
+        let candidates = [
+            (Secret, "other-1"),
+            (Secret, "unrelated"),
+            (ConfigMap, "other-2"),
+        ];
+        let got: Vec<(ConfigKind, String, bool, bool)> = watched_configs(
+            &consumers,
+            &opt_in,
+            Options::default(),
+            annotations,
+            candidates,
+        )
+        .into_iter()
+        .map(|c| (c.kind, c.name, c.keys == Keys::All, c.optional))
+        .collect();
+        let want = [
+            (ConfigMap, "app".to_owned(), false, false),
+            (Secret, "named".to_owned(), true, true),
+            (Secret, "other-1".to_owned(), true, true),
+        ];
+        assert_eq!(got, want);
+        // Consumed and named: kept once, with the keys it reads.
+        let opt_in = OptIn::parse(map(&[(SECRET_RELOAD, "creds")]).as_ref(), None);
+        let got = watched_configs(&consumers, &opt_in, Options::default(), |_, _| None, []);
+        assert_eq!(got, [consumers[2].clone()]);
+    }
 }
