@@ -6,8 +6,9 @@
 //! changes. It does no I/O.
 //!
 //! # Layout and memory
-//! Keys and referrers live in two slabs addressed by `u32` ids; two `hashbrown::HashTable<u32>`s
-//! find an id from a key or a referrer, so each key and referrer is stored once. A referrer keeps
+//! Keys and referrers live in two slabs addressed by `u32` ids; two `hashbrown::HashTable`s of
+//! (id, 32-bit hash) find an id from a key or a referrer, so each key and referrer is stored once
+//! and tables resize without touching the slots. A referrer keeps
 //! the sorted ids of its keys (the forward map), which is what lets an update diff old against new
 //! references and touch only what moved. A key's referrer set is a single id inline (the common
 //! case) or a vector. Namespace, group and kind strings are interned and shared. When a key loses
@@ -193,11 +194,30 @@ pub struct ReverseIndex {
     /// and seeded, so names chosen by tenants cannot be crafted to collide.
     hasher: DefaultHashBuilder,
     keys: Slab<KeySlot>,
-    key_table: HashTable<Id>,
+    key_table: HashTable<Entry>,
     referrers: Slab<ReferrerSlot>,
-    referrer_table: HashTable<Id>,
+    referrer_table: HashTable<Entry>,
     strings: HashTable<Arc<str>>,
     edges: usize,
+}
+
+/// A table entry: a slot id and its 32-bit hash, so growing or shrinking a table rehashes without
+/// touching the slots (a cache miss each), and most mismatches are rejected without a deref.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    id: Id,
+    hash: u32,
+}
+
+/// Folds a 64-bit hash to 32 bits and spreads it back over both halves: hashbrown takes the bucket
+/// from the low bits and the tag from the top bits, and both must be recomputable from `Entry::hash`.
+fn fold(h: u64) -> u64 {
+    let h32 = ((h >> 32) ^ h) as u32;
+    unfold(h32)
+}
+
+fn unfold(h32: u32) -> u64 {
+    (u64::from(h32) << 32) | u64::from(h32)
 }
 
 fn hash_key_with(
@@ -208,7 +228,7 @@ fn hash_key_with(
 ) -> u64 {
     let mut h = hasher.build_hasher();
     hash_key_parts(kind, namespace, name, &mut h);
-    h.finish()
+    fold(h.finish())
 }
 
 fn hash_object_with(hasher: &DefaultHashBuilder, o: &ObjectRef) -> u64 {
@@ -217,21 +237,7 @@ fn hash_object_with(hasher: &DefaultHashBuilder, o: &ObjectRef) -> u64 {
     o.kind.hash(&mut h);
     o.namespace.hash(&mut h);
     o.name.hash(&mut h);
-    h.finish()
-}
-
-/// The hash of the key in slot `id`, for rehashing `key_table`.
-fn key_slot_hash(hasher: &DefaultHashBuilder, keys: &Slab<KeySlot>, id: Id) -> u64 {
-    keys.get(id).map_or(0, |s| {
-        hash_key_with(hasher, s.key.kind, &s.key.namespace, &s.key.name)
-    })
-}
-
-/// The hash of the referrer in slot `id`, for rehashing `referrer_table`.
-fn referrer_slot_hash(hasher: &DefaultHashBuilder, referrers: &Slab<ReferrerSlot>, id: Id) -> u64 {
-    referrers
-        .get(id)
-        .map_or(0, |s| hash_object_with(hasher, &s.object))
+    fold(h.finish())
 }
 
 /// Shrinks a hash table when it is at most a quarter full (frees it when empty), so memory
@@ -268,22 +274,23 @@ impl ReverseIndex {
     ) -> Option<Id> {
         let keys = &self.keys;
         self.key_table
-            .find(hash, |&id| {
-                keys.get(id).is_some_and(|s| {
-                    s.key.kind == kind && *s.key.name == *name && *s.key.namespace == *namespace
-                })
+            .find(hash, |e| {
+                e.hash == hash as u32
+                    && keys.get(e.id).is_some_and(|s| {
+                        s.key.kind == kind && *s.key.name == *name && *s.key.namespace == *namespace
+                    })
             })
-            .copied()
+            .map(|e| e.id)
     }
 
     fn find_referrer(&self, o: &ObjectRef) -> Option<Id> {
         let hash = hash_object_with(&self.hasher, o);
         let referrers = &self.referrers;
         self.referrer_table
-            .find(hash, |&id| {
-                referrers.get(id).is_some_and(|s| s.object == *o)
+            .find(hash, |e| {
+                e.hash == hash as u32 && referrers.get(e.id).is_some_and(|s| s.object == *o)
             })
-            .copied()
+            .map(|e| e.id)
     }
 
     fn intern(&mut self, s: &Arc<str>) -> Arc<str> {
@@ -330,9 +337,12 @@ impl ReverseIndex {
             key,
             referrers: RefSet::Many(Vec::new()),
         });
-        let (hasher, keys) = (&self.hasher, &self.keys);
+        let entry = Entry {
+            id,
+            hash: hash as u32,
+        };
         self.key_table
-            .insert_unique(hash, id, |&i| key_slot_hash(hasher, keys, i));
+            .insert_unique(hash, entry, |e| unfold(e.hash));
         id
     }
 
@@ -358,14 +368,13 @@ impl ReverseIndex {
             &slot.key.namespace,
             &slot.key.name,
         );
-        if let Ok(entry) = self.key_table.find_entry(hash, |&i| i == key) {
+        if let Ok(entry) = self.key_table.find_entry(hash, |e| e.id == key) {
             entry.remove();
         }
         if let Some(slot) = self.keys.remove(key) {
             self.release(slot.key.namespace);
         }
-        let (hasher, keys) = (&self.hasher, &self.keys);
-        maybe_shrink(&mut self.key_table, |&i| key_slot_hash(hasher, keys, i));
+        maybe_shrink(&mut self.key_table, |e| unfold(e.hash));
     }
 
     /// Adds or updates a referrer: its references become exactly `referrer.references`
@@ -404,9 +413,12 @@ impl ReverseIndex {
                 keys: Box::default(),
                 depends_on: depends_on.into_boxed_slice(),
             });
-            let (hasher, referrers) = (&self.hasher, &self.referrers);
+            let entry = Entry {
+                id: rid,
+                hash: hash as u32,
+            };
             self.referrer_table
-                .insert_unique(hash, rid, |&i| referrer_slot_hash(hasher, referrers, i));
+                .insert_unique(hash, entry, |e| unfold(e.hash));
             for &k in &new_keys {
                 self.link(k, rid);
             }
@@ -472,7 +484,7 @@ impl ReverseIndex {
             return;
         };
         let hash = hash_object_with(&self.hasher, &slot.object);
-        if let Ok(entry) = self.referrer_table.find_entry(hash, |&i| i == rid) {
+        if let Ok(entry) = self.referrer_table.find_entry(hash, |e| e.id == rid) {
             entry.remove();
         }
         let Some(slot) = self.referrers.remove(rid) else {
@@ -488,10 +500,7 @@ impl ReverseIndex {
         self.release(object.group);
         self.release(object.kind);
         self.release(object.namespace);
-        let (hasher, referrers) = (&self.hasher, &self.referrers);
-        maybe_shrink(&mut self.referrer_table, |&i| {
-            referrer_slot_hash(hasher, referrers, i)
-        });
+        maybe_shrink(&mut self.referrer_table, |e| unfold(e.hash));
     }
 
     /// The referrers of a ConfigMap/Secret, in no particular order.
@@ -585,11 +594,8 @@ impl ReverseIndex {
     /// Releases spare capacity (after a bulk build, or many deletions).
     pub fn shrink_to_fit(&mut self) {
         let hasher = &self.hasher;
-        let (keys, referrers) = (&self.keys, &self.referrers);
-        self.key_table
-            .shrink_to_fit(|&i| key_slot_hash(hasher, keys, i));
-        self.referrer_table
-            .shrink_to_fit(|&i| referrer_slot_hash(hasher, referrers, i));
+        self.key_table.shrink_to_fit(|e| unfold(e.hash));
+        self.referrer_table.shrink_to_fit(|e| unfold(e.hash));
         self.strings.shrink_to_fit(|t| hasher.hash_one(&**t));
         self.keys.slots.shrink_to_fit();
         self.keys.free.shrink_to_fit();
