@@ -11,6 +11,9 @@
 //! | `Receiver` | — | `spec.secretRef.name` |
 //! | ConfigMap/Secret copy | `fluxcd.controlplane.io/copyFrom: ns/name` | same |
 //!
+//! Copies make ConfigMaps/Secrets (group `""`) referrers too: the copy controller wants them, a
+//! controller that only wakes Flux objects skips referrers whose group is empty.
+//!
 //! Another controller extends a set with its own kinds, either with a field path
 //! ([`ReferenceSet::register_path`]) or a closure ([`ReferenceSet::register_fn`]); see
 //! `examples/third_party_refs.rs`.

@@ -145,6 +145,22 @@ impl Decision {
     pub fn fires(self) -> bool {
         matches!(self, Decision::Fire(_))
     }
+
+    /// A short snake_case reason, for a metric label or a log field.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Decision::Fire(Why::Created) => "created",
+            Decision::Fire(Why::ResourceVersionChanged) => "resource_version_changed",
+            Decision::Fire(Why::Deleted) => "deleted",
+            Decision::Fire(Why::DataChanged) => "data_changed",
+            Decision::Fire(Why::SourceAppeared) => "source_appeared",
+            Decision::Skip(WhyNot::SelectorMismatch) => "selector_mismatch",
+            Decision::Skip(WhyNot::ResourceVersionUnchanged) => "resource_version_unchanged",
+            Decision::Skip(WhyNot::DataUnchanged) => "data_unchanged",
+            Decision::Skip(WhyNot::NoReferrers) => "no_referrers",
+            Decision::Skip(WhyNot::Baseline) => "baseline",
+        }
+    }
 }
 
 /// The configured selector and mode.
@@ -467,6 +483,29 @@ mod tests {
                     Skip(WhyNot::SelectorMismatch),
                 ),
             ],
+        );
+    }
+
+    #[test]
+    fn reasons_are_distinct_labels() {
+        let all = [
+            Fire(Why::Created),
+            Fire(Why::ResourceVersionChanged),
+            Fire(Why::Deleted),
+            Fire(Why::DataChanged),
+            Fire(Why::SourceAppeared),
+            Skip(WhyNot::SelectorMismatch),
+            Skip(WhyNot::ResourceVersionUnchanged),
+            Skip(WhyNot::DataUnchanged),
+            Skip(WhyNot::NoReferrers),
+            Skip(WhyNot::Baseline),
+        ];
+        let labels: std::collections::BTreeSet<&str> = all.iter().map(|d| d.reason()).collect();
+        assert_eq!(labels.len(), all.len());
+        assert!(
+            labels
+                .iter()
+                .all(|l| l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'))
         );
     }
 

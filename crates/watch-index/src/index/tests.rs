@@ -233,6 +233,14 @@ fn emptied_index_holds_nothing() {
 }
 
 #[test]
+fn shareable_between_threads() {
+    // The binary puts the index behind an RwLock shared by tasks.
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<ReverseIndex>();
+    send_sync::<ReferenceSet>();
+}
+
+#[test]
 fn compact_layout() {
     // The memory budget (< 150 B/edge) rests on these sizes.
     assert_eq!(std::mem::size_of::<RefSet>(), 24);
