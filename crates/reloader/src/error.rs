@@ -18,5 +18,14 @@ pub enum Error {
     },
 }
 
+impl Error {
+    /// A short, stable label for metrics and Event reasons.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::InvalidPattern { .. } => "invalid_pattern",
+        }
+    }
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -417,4 +417,34 @@ mod tests {
         let w = [whole(ConfigMap, "x", false)];
         assert_ne!(hash(&w, &a).hex, hash(&w, &b).hex);
     }
+
+    proptest::proptest! {
+        /// For any data and any set of read keys: changing an unread key keeps the hash, changing
+        /// a read key changes it.
+        #[test]
+        fn only_read_keys_matter(
+            data in proptest::collection::btree_map("[a-e]{1,2}", "[a-z]{0,4}", 1..8),
+            read in proptest::collection::btree_set("[a-e]{1,2}", 1..4),
+            pick in 0usize..8,
+            value in "[A-Z]{1,3}",
+        ) {
+            let keys: Vec<&String> = data.keys().collect();
+            let key = keys[pick % keys.len()].clone();
+            let s = |data: &BTreeMap<String, String>| -> Store {
+                BTreeMap::from([((ConfigMap, "x".to_owned()), (data.clone(), BTreeMap::new()))])
+            };
+            let watched = [Consumption {
+                kind: ConfigMap,
+                name: "x".into(),
+                keys: Keys::Only(read.clone()),
+                optional: false,
+            }];
+            let before = hash(&watched, &s(&data)).hex;
+            let mut changed = data.clone();
+            // Upper-case values never occur in the generated data, so this is a real change.
+            changed.insert(key.clone(), value);
+            let after = hash(&watched, &s(&changed)).hex;
+            proptest::prop_assert_eq!(before != after, read.contains(&key));
+        }
+    }
 }
