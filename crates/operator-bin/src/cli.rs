@@ -21,10 +21,14 @@ pub enum Command {
     Run(operator_bin::run::RunArgs),
     /// Substitute `${VAR}` expressions in stdin with variables from the environment, like
     /// `flux envsubst`; the result goes to stdout.
-    Envsubst,
+    Envsubst {
+        /// Fail on a variable that is used without a default and not set.
+        #[arg(long)]
+        strict: bool,
+    },
     /// Run Flux's post-build substitution on a multi-document stream of built manifests, with
     /// variables from flags, ConfigMap/Secret files or a Flux Kustomization.
-    Build,
+    Build(crate::build_cmd::BuildArgs),
     /// Show, offline and on a directory of manifests, what conflux would copy, trigger and roll.
     Plan,
 }
@@ -33,8 +37,8 @@ pub enum Command {
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run(args) => run_controllers(args),
-        Command::Envsubst => not_implemented("envsubst"),
-        Command::Build => not_implemented("build"),
+        Command::Envsubst { strict } => crate::envsubst_cmd::run(strict),
+        Command::Build(args) => crate::build_cmd::run(&args),
         Command::Plan => not_implemented("plan"),
     }
 }

@@ -1,7 +1,9 @@
 //! `conflux`: Flux-compatible copy, sync, trigger and reload controllers, and the offline tools
 //! around them (`envsubst`, `build`, `plan`).
 
+mod build_cmd;
 mod cli;
+mod envsubst_cmd;
 
 use std::process::ExitCode;
 
