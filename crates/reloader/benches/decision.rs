@@ -17,7 +17,7 @@ use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
 use reloader::opt_in::{Options, watched_configs};
-use reloader::patch::{Action, Trigger, WorkloadState, decide};
+use reloader::patch::{Action, WorkloadState, baseline_value, decide};
 use serde_json::json;
 use watch_index::refs::{ConfigKind, ObjectRef};
 
@@ -89,7 +89,7 @@ fn on_config_update(world: &World, namespace: &str, name: &str) -> usize {
         let Some(state) = world.states.get(hit.workload) else {
             continue;
         };
-        if let Action::Rollout(patch) = decide(state, &hash, Trigger::ConfigChanged) {
+        if let Action::Rollout(patch) = decide(state, &hash) {
             black_box(patch);
             rollouts += 1;
         }
@@ -132,7 +132,7 @@ fn world() -> (World, Vec<Deployment>) {
         let hash = content_hash(&watched, |_, n| {
             get(&store, &ns, n).map(ConfigData::from_config_map)
         });
-        state.baseline = Some(hash.hex);
+        state.baseline = Some(baseline_value(&hash));
         if let Some(o) = w.object_ref() {
             states.insert(o, state);
         }

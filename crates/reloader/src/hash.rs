@@ -16,6 +16,17 @@
 //!       or u8(1) u8(0 data | 1 binaryData) lp(value)
 //! ```
 //!
+//! Next to it, the *watched-set digest* covers only which configs and keys are watched, not their
+//! content (so [`decide`](crate::patch::decide) can tell "the content changed" from "what is
+//! watched changed"):
+//!
+//! ```text
+//! lp("conflux.dev/watched-set/v1")  u64(number of configs)
+//! per config, sorted as above:
+//!   u8(kind)  lp(name)  u8(optional: 0 | 1)
+//!   whole object: u8(0)      some keys: u8(1) u64(n) then lp(key) per key, sorted
+//! ```
+//!
 //! So the hash changes exactly when something the pod reads changes: a key it reads, the key set
 //! of an object it reads whole, a config appearing or disappearing. A change to a key it does not
 //! read changes nothing. Secret values are the decoded bytes (`data`); `stringData` is write-only in
@@ -31,8 +42,10 @@ use watch_index::refs::ConfigKind;
 
 use crate::consumers::{Consumption, Keys};
 
-/// The domain tag at the start of every encoding.
+/// The domain tag at the start of the content encoding.
 const DOMAIN: &[u8] = b"conflux.dev/config-hash/v1";
+/// The domain tag at the start of the watched-set encoding.
+const SET_DOMAIN: &[u8] = b"conflux.dev/watched-set/v1";
 
 /// The data of one ConfigMap or Secret, borrowed from the object.
 #[derive(Debug, Clone, Copy)]
@@ -108,8 +121,10 @@ impl<'a> ConfigData<'a> {
 /// A workload's content hash, and what is missing for it to be trusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentHash {
-    /// Lower-case hex SHA-256 of the encoding in the [module docs](self).
+    /// Lower-case hex SHA-256 of the content encoding in the [module docs](self).
     pub hex: String,
+    /// Lower-case hex SHA-256 of the watched-set encoding: which configs and keys, not content.
+    pub watched_hex: String,
     /// Watched configs that are absent although a reference to them is not optional. A rollout now
     /// would make pods that cannot start, so [`decide`](crate::patch::decide) holds it until they
     /// exist again.
@@ -131,15 +146,32 @@ pub fn content_hash<'a>(
     let mut sorted: Vec<&Consumption> = watched.iter().collect();
     sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     let mut h = Sha256::new();
+    let mut set = Sha256::new();
     let mut missing_required = Vec::new();
     lp(&mut h, DOMAIN);
+    lp(&mut set, SET_DOMAIN);
     h.update((sorted.len() as u64).to_be_bytes());
+    set.update((sorted.len() as u64).to_be_bytes());
     for c in sorted {
-        h.update([match c.kind {
+        let kind = match c.kind {
             ConfigKind::ConfigMap => 0u8,
             ConfigKind::Secret => 1,
-        }]);
+        };
+        h.update([kind]);
         lp(&mut h, c.name.as_bytes());
+        set.update([kind]);
+        lp(&mut set, c.name.as_bytes());
+        set.update([u8::from(c.optional)]);
+        match &c.keys {
+            Keys::All => set.update([0u8]),
+            Keys::Only(keys) => {
+                set.update([1u8]);
+                set.update((keys.len() as u64).to_be_bytes());
+                for key in keys {
+                    lp(&mut set, key.as_bytes());
+                }
+            }
+        }
         let Some(data) = lookup(c.kind, &c.name) else {
             h.update([0u8]);
             if !c.optional {
@@ -175,16 +207,21 @@ pub fn content_hash<'a>(
             }
         }
     }
-    let digest = h.finalize();
-    let mut hex = String::with_capacity(64);
-    for b in digest {
-        // Writing to a String cannot fail.
-        let _ = std::fmt::Write::write_fmt(&mut hex, format_args!("{b:02x}"));
-    }
     ContentHash {
-        hex,
+        hex: to_hex(&h.finalize()),
+        watched_hex: to_hex(&set.finalize()),
         missing_required,
     }
+}
+
+fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut hex = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        hex.push(char::from(DIGITS[usize::from(b >> 4)]));
+        hex.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    hex
 }
 
 #[cfg(test)]
@@ -265,14 +302,16 @@ mod tests {
         // These values are the contract: a change here rolls every workload in every cluster once.
         // They were computed independently from the documented encoding (a short Python script).
         let s = base();
-        let cases: [(&[Consumption], &str); 4] = [
+        let cases: [(&[Consumption], &str, &str); 4] = [
             (
                 &[],
                 "a2823e949b6b70e19ec444737f3df3d73aef945b2964db1d4334a433f1ecbdb0",
+                "7399b87cbd4c8b406e0585a233a7ece3c2424531f9cbb96bf6eb18a6560bc219",
             ),
             (
                 &[whole(ConfigMap, "app", false)],
                 "8c16f193cc70794ef8e3bfd4356b7aa586d5e4a42e37ca766d542326b0489a90",
+                "c9cdcd4353245af8041c6c51c8b3ebe9c8bab257713035e9bc583666f5f9a93f",
             ),
             (
                 &[
@@ -280,15 +319,24 @@ mod tests {
                     only(Secret, "creds", &["pw"]),
                 ],
                 "444329693df1306240a9069992c7069f648360e4dd3189d9f54cc4830e13cde4",
+                "243b559297b00d7b884ed5f13a67795d09c31d9086fa90bf94c3927b94af026c",
             ),
             (
                 &[whole(ConfigMap, "missing", true)],
                 "5f2c7c997ec5974185f15be561fb0b5fe363e659c6928191d084b1de121f6152",
+                "833d5bd6561e2e43e3faa8f06d587aa2edca10bf1d99798d994c3c6cb58b7d92",
             ),
         ];
-        for (watched, want) in cases {
-            assert_eq!(hash(watched, &s).hex, want, "{watched:?}");
+        for (watched, want, want_set) in cases {
+            let got = hash(watched, &s);
+            assert_eq!(got.hex, want, "{watched:?}");
+            assert_eq!(got.watched_hex, want_set, "{watched:?}");
         }
+        // The watched set does not depend on content.
+        assert_eq!(
+            hash(&[whole(ConfigMap, "app", false)], &Store::new()).watched_hex,
+            "c9cdcd4353245af8041c6c51c8b3ebe9c8bab257713035e9bc583666f5f9a93f"
+        );
     }
 
     #[test]

@@ -41,13 +41,19 @@ impl IndexedWorkload {
     }
 }
 
-/// A workload that rolls for a changed config: re-hash it.
+/// A workload to re-hash because a config changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit<'a> {
     /// The workload (group, kind, namespace, name).
     pub workload: &'a ObjectRef,
-    /// Why it rolls.
-    pub reason: Reason,
+    /// Why it watches the config; `None` when it references the config (or a `reload` regex
+    /// matches it) but does not watch it now, e.g. the config says `ignore` or lacks `match`. Such
+    /// workloads are still returned: the config may have *stopped* being watched, and re-hashing
+    /// moves the baseline right away instead of at the next content change (see
+    /// [`patch`](crate::patch)). Their re-hash is cheap and decides [`Action::None`] otherwise.
+    ///
+    /// [`Action::None`]: crate::patch::Action::None
+    pub reason: Option<Reason>,
     /// The keys of the config it reads; `None` when only a `reload` list names the config (the
     /// whole object is hashed then).
     pub keys: Option<&'a Keys>,
@@ -152,8 +158,10 @@ impl ConsumerIndex {
         self.workloads.remove(object).is_some()
     }
 
-    /// The workloads that roll when the config `kind`/`namespace`/`name` changes, given the config's
-    /// annotations (from its latest metadata; the last known ones on delete). Sorted by workload.
+    /// The workloads to re-hash when the config `kind`/`namespace`/`name` changes (created, updated,
+    /// deleted): those whose pods consume it or whose `reload` lists name it. `config_annotations`
+    /// (its latest metadata; the last known on delete) only fill in [`Hit::reason`]. Sorted by
+    /// workload.
     pub fn lookup(
         &self,
         kind: ConfigKind,
@@ -174,13 +182,11 @@ impl ConsumerIndex {
                 consumption.is_some(),
                 self.options,
             );
-            if let Some(reason) = reason {
-                hits.push(Hit {
-                    workload: object,
-                    reason,
-                    keys: consumption.map(|c| &c.keys),
-                });
-            }
+            hits.push(Hit {
+                workload: object,
+                reason,
+                keys: consumption.map(|c| &c.keys),
+            });
         };
         for object in self.references.referrers_of(kind, namespace, name) {
             consider(object);
@@ -189,7 +195,13 @@ impl ConsumerIndex {
             for object in regex {
                 // Already considered through the key (consumed, or named literally).
                 let mut keyed = self.references.referrers_of(kind, namespace, name);
-                if !keyed.any(|o| o == object) {
+                let matches = self.workloads.get(object).is_some_and(|e| {
+                    e.opt_in
+                        .named_patterns(kind)
+                        .iter()
+                        .any(|p| p.matches(name))
+                });
+                if matches && !keyed.any(|o| o == object) {
                     consider(object);
                 }
             }
@@ -233,7 +245,16 @@ mod tests {
         json!([{"name": "c", "envFrom": [{"configMapRef": {"name": name}}]}])
     }
 
+    /// The workloads that watch the config (reason given).
     fn names(hits: &[Hit<'_>]) -> Vec<String> {
+        hits.iter()
+            .filter(|h| h.reason.is_some())
+            .map(|h| h.workload.name.to_string())
+            .collect()
+    }
+
+    /// Every workload to re-hash.
+    fn all(hits: &[Hit<'_>]) -> Vec<String> {
         hits.iter().map(|h| h.workload.name.to_string()).collect()
     }
 
@@ -273,20 +294,14 @@ mod tests {
             Some(&Keys::Only(BTreeSet::from(["x".to_owned()])))
         );
         assert_eq!(hits[1].keys, Some(&Keys::All));
-        assert_eq!(hits[0].reason, Reason::Auto);
+        assert_eq!(hits[0].reason, Some(Reason::Auto));
         assert!(index.lookup(ConfigMap, "other-ns", "cm", None).is_empty());
         assert!(index.lookup(Secret, "ns", "cm", None).is_empty());
-        // ignore on the config: nobody rolls.
-        assert!(
-            index
-                .lookup(
-                    ConfigMap,
-                    "ns",
-                    "cm",
-                    Some(&ann(&[("reloader.stakater.com/ignore", "true")]))
-                )
-                .is_empty()
-        );
+        // ignore on the config: nobody watches it, both are re-hashed (it may have just been added).
+        let ignored = ann(&[("reloader.stakater.com/ignore", "true")]);
+        let hits = index.lookup(ConfigMap, "ns", "cm", Some(&ignored));
+        assert!(names(&hits).is_empty());
+        assert_eq!(all(&hits), ["a", "b"]);
     }
 
     #[test]
@@ -337,7 +352,7 @@ mod tests {
             let hits = index.lookup(kind, "ns", name, None);
             assert_eq!(!hits.is_empty(), want, "{kind}/{name}");
             if want {
-                assert_eq!(hits[0].reason, Reason::Named);
+                assert_eq!(hits[0].reason, Some(Reason::Named));
                 assert_eq!(hits[0].keys, None, "not consumed");
             }
         }
@@ -383,14 +398,13 @@ mod tests {
             ))
                 .into(),
         );
-        assert!(
-            index.lookup(ConfigMap, "ns", "cm", None).is_empty(),
-            "no match annotation"
-        );
+        let hits = index.lookup(ConfigMap, "ns", "cm", None);
+        assert!(names(&hits).is_empty(), "no match annotation");
+        assert_eq!(all(&hits), ["s"], "re-hashed: match may have been removed");
         let matched = ann(&[("reloader.stakater.com/match", "true")]);
         let hits = index.lookup(ConfigMap, "ns", "cm", Some(&matched));
         assert_eq!(names(&hits), ["s"]);
-        assert_eq!(hits[0].reason, Reason::SearchMatch);
+        assert_eq!(hits[0].reason, Some(Reason::SearchMatch));
         assert!(
             index
                 .lookup(ConfigMap, "ns", "unconsumed", Some(&matched))
@@ -429,7 +443,7 @@ mod tests {
             ))
                 .into(),
         );
-        assert!(index.lookup(ConfigMap, "ns", "x", None).is_empty());
+        assert!(names(&index.lookup(ConfigMap, "ns", "x", None)).is_empty());
         assert_eq!(names(&index.lookup(Secret, "ns", "x", None)), ["w"]);
         let entry = index.get(&dep_ref("w")).unwrap();
         assert!(entry.consumption(ConfigMap, "x").is_some());

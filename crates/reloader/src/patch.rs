@@ -2,23 +2,30 @@
 //!
 //! A rollout is one pod-template annotation, [`CONFIG_HASH_ANNOTATION`], set to the workload's
 //! [content hash](crate::hash). Next to it, on the workload's own metadata (which does not roll
-//! anything), [`BASELINE_ANNOTATION`] records the hash the workload was last brought in line with.
+//! anything), [`BASELINE_ANNOTATION`] records `<content hash>.<watched-set digest>` as last seen.
 //! The baseline is what makes the decision safe:
 //!
 //! | situation | baseline | action |
 //! |---|---|---|
 //! | first opt-in, adoption, or conflux never saw the workload | absent | [`Action::RecordBaseline`]: no rollout |
 //! | conflux restarts, nothing changed | equal | [`Action::None`] |
-//! | a watched config changed (also while conflux was down) | differs | [`Action::Rollout`] |
-//! | the workload itself changed (its spec or opt-in) | differs | [`Action::RecordBaseline`]: its own change already rolls it, or it only changed what is watched |
+//! | a watched config's content changed (also while conflux was down) | content differs | [`Action::Rollout`] |
+//! | what is watched changed: pod spec, opt-in annotations, `ignore`/`match` on a config, a config created that a `reload` regex matches | watched set differs | [`Action::RecordBaseline`]: a pod spec change rolls by itself, the others are not content changes |
 //! | a required config is missing | any | [`Action::None`]: new pods could not start; wait for it |
+//!
+//! Because the watched-set digest tells content changes from membership changes, the decision
+//! needs no "why are we looking" input: a workload update (scaling, a label) is harmless, and the
+//! controller can call [`decide`] after any event. A content change that lands together with a
+//! membership change only moves the baseline (the pod spec change, if any, rolls the pods anyway).
 //!
 //! Patches are server-side apply with field manager [`FIELD_MANAGER`]. SSA removes fields a manager
 //! owned and no longer sends, so every patch sends *both* annotations once they exist: recording a
 //! baseline re-sends the current template hash unchanged, which leaves the template (and the pods)
 //! alone. Flux's kustomize-controller takes over fields of managers named `kubectl*` and
 //! `before-first-apply`; `conflux-reloader` matches neither, so Flux leaves our annotations in place
-//! and applying the same manifest again neither removes them nor rolls the workload.
+//! and applying the same manifest again neither removes them nor rolls the workload. When a
+//! workload opts out, the annotations are left as they are (removing the template one would roll
+//! it); if it opts in again, the old baseline still stands.
 
 use serde_json::{Value, json};
 
@@ -32,17 +39,6 @@ pub const CONFIG_HASH_ANNOTATION: &str = "conflux.dev/config-hash";
 /// Workload-metadata annotation: the hash last recorded (no rollout when it changes).
 pub const BASELINE_ANNOTATION: &str = "conflux.dev/config-hash-baseline";
 
-/// What made the controller look at a workload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// A watched ConfigMap/Secret changed, or the controller (re)started and checks every workload:
-    /// a difference from the baseline is a config change and rolls.
-    ConfigChanged,
-    /// The workload was updated (spec or annotations): a difference from the baseline comes from
-    /// the workload's own change and only updates the baseline.
-    WorkloadChanged,
-}
-
 /// What the decision needs to know about a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadState {
@@ -52,7 +48,7 @@ pub struct WorkloadState {
     pub namespace: String,
     /// Its name.
     pub name: String,
-    /// [`BASELINE_ANNOTATION`] on its metadata.
+    /// [`BASELINE_ANNOTATION`] on its metadata (as written by [`baseline_value`]).
     pub baseline: Option<String>,
     /// [`CONFIG_HASH_ANNOTATION`] on its pod template.
     pub template_hash: Option<String>,
@@ -89,21 +85,38 @@ pub enum Action {
     Rollout(Value),
 }
 
+/// The value of [`BASELINE_ANNOTATION`] for a hash: `<content hex>.<watched-set hex>`.
+pub fn baseline_value(hash: &ContentHash) -> String {
+    format!("{}.{}", hash.hex, hash.watched_hex)
+}
+
 /// Decides what to do for a workload whose watched configs now hash to `current`. Idempotent:
 /// applying the returned patch and deciding again yields [`Action::None`]. See the
 /// [module docs](self) for the table.
-pub fn decide(state: &WorkloadState, current: &ContentHash, trigger: Trigger) -> Action {
-    if !current.missing_required.is_empty() || state.baseline.as_deref() == Some(&current.hex) {
+pub fn decide(state: &WorkloadState, current: &ContentHash) -> Action {
+    if !current.missing_required.is_empty() {
         return Action::None;
     }
-    if state.baseline.is_none() || trigger == Trigger::WorkloadChanged {
-        return Action::RecordBaseline(apply_patch(
+    let recorded = state.baseline.as_deref().and_then(|b| b.split_once('.'));
+    match recorded {
+        Some((content, set)) if set == current.watched_hex => {
+            if content == current.hex {
+                Action::None
+            } else {
+                Action::Rollout(apply_patch(
+                    state,
+                    &baseline_value(current),
+                    Some(&current.hex),
+                ))
+            }
+        }
+        // Absent, unreadable, or another watched set: record, keep the template as it is.
+        _ => Action::RecordBaseline(apply_patch(
             state,
-            &current.hex,
+            &baseline_value(current),
             state.template_hash.as_deref(),
-        ));
+        )),
     }
-    Action::Rollout(apply_patch(state, &current.hex, Some(&current.hex)))
 }
 
 /// The SSA body: apiVersion, kind, name, namespace, the baseline, and the template annotation when
@@ -145,9 +158,12 @@ mod tests {
         }
     }
 
-    fn hash(hex: &str) -> ContentHash {
+    /// A hash written `content.set`.
+    fn hash(both: &str) -> ContentHash {
+        let (hex, set) = both.split_once('.').unwrap();
         ContentHash {
             hex: hex.into(),
+            watched_hex: set.into(),
             missing_required: vec![],
         }
     }
@@ -176,76 +192,70 @@ mod tests {
 
     #[test]
     fn decision_table() {
-        use Trigger::*;
-        let cases: [(&str, Option<&str>, Option<&str>, &str, Trigger, &str); 8] = [
+        // (what, baseline, template annotation, current "content.set", expected action)
+        let cases: [(&str, Option<&str>, Option<&str>, &str, &str); 10] = [
             (
                 "first sight records a baseline",
                 None,
                 None,
-                "h1",
-                ConfigChanged,
-                "baseline",
-            ),
-            (
-                "first opt-in by a workload change",
-                None,
-                None,
-                "h1",
-                WorkloadChanged,
+                "c1.s1",
                 "baseline",
             ),
             (
                 "restart, nothing changed",
-                Some("h1"),
+                Some("c1.s1"),
                 None,
-                "h1",
-                ConfigChanged,
+                "c1.s1",
                 "none",
             ),
             (
                 "restart after a rollout",
-                Some("h1"),
-                Some("h1"),
-                "h1",
-                ConfigChanged,
+                Some("c1.s1"),
+                Some("c1"),
+                "c1.s1",
                 "none",
             ),
+            ("content changed", Some("c1.s1"), None, "c2.s1", "rollout"),
             (
-                "config changed",
-                Some("h1"),
+                "content changed again",
+                Some("c2.s1"),
+                Some("c2"),
+                "c3.s1",
+                "rollout",
+            ),
+            (
+                "watched set changed",
+                Some("c1.s1"),
+                Some("c1"),
+                "c2.s2",
+                "baseline",
+            ),
+            (
+                "watched set changed, same content hash",
+                Some("c1.s1"),
                 None,
-                "h2",
-                ConfigChanged,
-                "rollout",
-            ),
-            (
-                "config changed again",
-                Some("h2"),
-                Some("h2"),
-                "h3",
-                ConfigChanged,
-                "rollout",
-            ),
-            (
-                "workload changed what it reads",
-                Some("h1"),
-                Some("h1"),
-                "h2",
-                WorkloadChanged,
+                "c1.s2",
                 "baseline",
             ),
             (
                 "adopted with an old template hash",
                 None,
-                Some("h0"),
-                "h1",
-                ConfigChanged,
+                Some("c0"),
+                "c1.s1",
                 "baseline",
             ),
+            (
+                "unreadable baseline",
+                Some("garbage"),
+                Some("c1"),
+                "c1.s1",
+                "baseline",
+            ),
+            ("empty baseline", Some(""), None, "c1.s1", "baseline"),
         ];
-        for (what, baseline, template, current, trigger, want) in cases {
+        for (what, baseline, template, current, want) in cases {
             let s = state(WorkloadKind::Deployment, baseline, template);
-            let action = decide(&s, &hash(current), trigger);
+            let action = decide(&s, &hash(current));
             let got = match &action {
                 Action::None => "none",
                 Action::RecordBaseline(_) => "baseline",
@@ -259,33 +269,37 @@ mod tests {
                     "template untouched: {what}"
                 );
             }
-            // Idempotent: once applied, nothing more to do, whatever the trigger.
-            for t in [ConfigChanged, WorkloadChanged] {
+            if want == "rollout" {
                 assert_eq!(
-                    decide(&after, &hash(current), t),
-                    Action::None,
-                    "idempotent: {what}"
+                    after.template_hash.as_deref(),
+                    current.split_once('.').map(|c| c.0)
                 );
             }
+            // Idempotent: once applied, nothing more to do.
+            assert_eq!(
+                decide(&after, &hash(current)),
+                Action::None,
+                "idempotent: {what}"
+            );
         }
     }
 
     #[test]
     fn missing_required_config_holds_the_rollout() {
-        let s = state(WorkloadKind::Deployment, Some("h1"), Some("h1"));
-        let current = ContentHash {
-            hex: "h2".into(),
-            missing_required: vec![(ConfigKind::Secret, "creds".into())],
-        };
-        assert_eq!(decide(&s, &current, Trigger::ConfigChanged), Action::None);
-        let s = state(WorkloadKind::Deployment, None, None);
-        assert_eq!(decide(&s, &current, Trigger::ConfigChanged), Action::None);
+        let mut current = hash("c2.s1");
+        current.missing_required = vec![(ConfigKind::Secret, "creds".into())];
+        for s in [
+            state(WorkloadKind::Deployment, Some("c1.s1"), Some("c1")),
+            state(WorkloadKind::Deployment, None, None),
+        ] {
+            assert_eq!(decide(&s, &current), Action::None);
+        }
     }
 
     #[test]
     fn patches_hold_only_owned_fields() {
-        let s = state(WorkloadKind::Deployment, Some("old"), Some("old"));
-        let Action::Rollout(p) = decide(&s, &hash("new"), Trigger::ConfigChanged) else {
+        let s = state(WorkloadKind::Deployment, Some("old.s"), Some("old"));
+        let Action::Rollout(p) = decide(&s, &hash("new.s")) else {
             panic!("expected a rollout");
         };
         assert_eq!(
@@ -293,12 +307,12 @@ mod tests {
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {"conflux.dev/config-hash-baseline": "new"}},
+                             "annotations": {"conflux.dev/config-hash-baseline": "new.s"}},
                 "spec": {"template": {"metadata": {"annotations": {"conflux.dev/config-hash": "new"}}}},
             })
         );
         let s = state(WorkloadKind::CronJob, None, None);
-        let Action::RecordBaseline(p) = decide(&s, &hash("h"), Trigger::ConfigChanged) else {
+        let Action::RecordBaseline(p) = decide(&s, &hash("h.s")) else {
             panic!("expected a baseline");
         };
         assert_eq!(
@@ -306,11 +320,11 @@ mod tests {
             json!({
                 "apiVersion": "batch/v1", "kind": "CronJob",
                 "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {"conflux.dev/config-hash-baseline": "h"}},
+                             "annotations": {"conflux.dev/config-hash-baseline": "h.s"}},
             })
         );
-        let s = state(WorkloadKind::CronJob, Some("a"), Some("a"));
-        let Action::Rollout(p) = decide(&s, &hash("b"), Trigger::ConfigChanged) else {
+        let s = state(WorkloadKind::CronJob, Some("a.s"), Some("a"));
+        let Action::Rollout(p) = decide(&s, &hash("b.s")) else {
             panic!("expected a rollout");
         };
         assert_eq!(

@@ -10,7 +10,7 @@ use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
 use reloader::opt_in::{Options, watched_configs};
-use reloader::patch::{Action, Trigger, WorkloadState, decide};
+use reloader::patch::{Action, WorkloadState, decide};
 use serde_json::{Value, json};
 use watch_index::refs::ConfigKind;
 
@@ -91,12 +91,7 @@ impl Harness {
 
     /// The controller's reaction to an event of `changed` (kind, name): what it decides, after
     /// applying the patch to the in-memory state. `"none"` also when the index returns nothing.
-    fn react(
-        &mut self,
-        configs: &Configs,
-        changed: (ConfigKind, &str),
-        trigger: Trigger,
-    ) -> &'static str {
+    fn react(&mut self, configs: &Configs, changed: (ConfigKind, &str)) -> &'static str {
         let (kind, name) = changed;
         let hits = self
             .index
@@ -122,7 +117,7 @@ impl Harness {
                 ),
         );
         let hash = content_hash(&watched, |k, n| configs.data(k, n));
-        let action = decide(&self.state, &hash, trigger);
+        let action = decide(&self.state, &hash);
         let (word, patch) = match &action {
             Action::None => return "none",
             Action::RecordBaseline(p) => ("baseline", p),
@@ -137,7 +132,6 @@ impl Harness {
 }
 
 use ConfigKind::{ConfigMap as Cm, Secret as Sec};
-use Trigger::ConfigChanged as Changed;
 
 const AUTO: &[(&str, &str)] = &[("reloader.stakater.com/auto", "true")];
 
@@ -207,37 +201,25 @@ fn every_consumer_form_rolls_on_what_it_reads() {
         let name = if kind == Cm { "cm" } else { "sec" };
         let mut configs = base_configs();
         assert_eq!(
-            h.react(&configs, (kind, name), Changed),
+            h.react(&configs, (kind, name)),
             "baseline",
             "first sight: {what}"
         );
-        assert_eq!(
-            h.react(&configs, (kind, name), Changed),
-            "none",
-            "restart: {what}"
-        );
+        assert_eq!(h.react(&configs, (kind, name)), "none", "restart: {what}");
         let edit = |c: &mut Configs, key: &str| match kind {
             Cm => c.set_cm("cm", &[("read", "1"), ("unread", "1"), (key, "2")], &[]),
             Sec => c.set_secret("sec", &[("read", "1"), ("unread", "1"), (key, "2")]),
         };
         edit(&mut configs, "unread");
         let want = if key_level { "none" } else { "rollout" };
-        assert_eq!(
-            h.react(&configs, (kind, name), Changed),
-            want,
-            "unread key: {what}"
-        );
+        assert_eq!(h.react(&configs, (kind, name)), want, "unread key: {what}");
         edit(&mut configs, "read");
         assert_eq!(
-            h.react(&configs, (kind, name), Changed),
+            h.react(&configs, (kind, name)),
             "rollout",
             "read key: {what}"
         );
-        assert_eq!(
-            h.react(&configs, (kind, name), Changed),
-            "none",
-            "once: {what}"
-        );
+        assert_eq!(h.react(&configs, (kind, name)), "none", "once: {what}");
     }
 }
 
@@ -250,15 +232,13 @@ fn three_changes_in_one_window_are_one_rollout() {
     for n in ["a", "b", "c"] {
         configs.set_cm(n, &[("k", "1")], &[]);
     }
-    assert_eq!(h.react(&configs, (Cm, "a"), Changed), "baseline");
+    assert_eq!(h.react(&configs, (Cm, "a")), "baseline");
     for n in ["a", "b", "c"] {
         configs.set_cm(n, &[("k", "2")], &[]);
     }
     // The coalesced events are processed after the window: the first rolls, the others see the
     // same hash.
-    let got: Vec<_> = ["a", "b", "c"]
-        .map(|n| h.react(&configs, (Cm, n), Changed))
-        .into();
+    let got: Vec<_> = ["a", "b", "c"].map(|n| h.react(&configs, (Cm, n))).into();
     assert_eq!(got, ["rollout", "none", "none"]);
 }
 
@@ -268,21 +248,21 @@ fn opt_out_and_ignore_are_respected() {
         json!({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "cm"}}]}]});
     let mut configs = base_configs();
     let mut h = Harness::new(&[("reloader.stakater.com/auto", "false")], spec.clone());
-    assert_eq!(h.react(&configs, (Cm, "cm"), Changed), "not-watched");
+    assert_eq!(h.react(&configs, (Cm, "cm")), "not-watched");
 
     let mut h = Harness::new(AUTO, spec);
-    configs.set_cm(
-        "cm",
-        &[("read", "1")],
-        &[("reloader.stakater.com/ignore", "true")],
-    );
-    assert_eq!(h.react(&configs, (Cm, "cm"), Changed), "not-watched");
-    configs.set_cm(
-        "cm",
-        &[("read", "2")],
-        &[("reloader.stakater.com/ignore", "true")],
-    );
-    assert_eq!(h.react(&configs, (Cm, "cm"), Changed), "not-watched");
+    let ignore: &[(&str, &str)] = &[("reloader.stakater.com/ignore", "true")];
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    // ignore added: what is watched changes, the baseline moves, nothing rolls.
+    configs.set_cm("cm", &[("read", "1")], ignore);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    configs.set_cm("cm", &[("read", "2")], ignore);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "none");
+    // ignore removed: watched again from here on; the change made meanwhile does not roll.
+    configs.set_cm("cm", &[("read", "2")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    configs.set_cm("cm", &[("read", "3")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "rollout");
 }
 
 #[test]
@@ -293,16 +273,16 @@ fn deleted_configs() {
     let mut configs = Configs::default();
     configs.set_cm("opt", &[("k", "1")], &[]);
     configs.set_cm("req", &[("k", "1")], &[]);
-    assert_eq!(h.react(&configs, (Cm, "opt"), Changed), "baseline");
+    assert_eq!(h.react(&configs, (Cm, "opt")), "baseline");
     // An optional config deleted: pods start without it, so it rolls.
     configs.config_maps.remove("opt");
-    assert_eq!(h.react(&configs, (Cm, "opt"), Changed), "rollout");
+    assert_eq!(h.react(&configs, (Cm, "opt")), "rollout");
     // A required one deleted: held, pods could not start.
     configs.config_maps.remove("req");
-    assert_eq!(h.react(&configs, (Cm, "req"), Changed), "none");
+    assert_eq!(h.react(&configs, (Cm, "req")), "none");
     // Recreated as it was: nothing to roll.
     configs.set_cm("req", &[("k", "1")], &[]);
-    assert_eq!(h.react(&configs, (Cm, "req"), Changed), "none");
+    assert_eq!(h.react(&configs, (Cm, "req")), "none");
 }
 
 #[test]
@@ -314,10 +294,16 @@ fn named_config_not_in_the_pod_spec() {
     let mut configs = Configs::default();
     configs.set_cm("feature-x", &[("k", "1")], &[]);
     configs.set_cm("other", &[("k", "1")], &[]);
-    assert_eq!(h.react(&configs, (Cm, "feature-x"), Changed), "baseline");
-    assert_eq!(h.react(&configs, (Cm, "other"), Changed), "not-watched");
+    assert_eq!(h.react(&configs, (Cm, "feature-x")), "baseline");
+    assert_eq!(h.react(&configs, (Cm, "other")), "not-watched");
     configs.set_cm("feature-x", &[("k", "2")], &[]);
-    assert_eq!(h.react(&configs, (Cm, "feature-x"), Changed), "rollout");
+    assert_eq!(h.react(&configs, (Cm, "feature-x")), "rollout");
+    // A new config matching the regex: watched from now on, its creation does not roll (as
+    // Reloader without --reload-on-create).
+    configs.set_cm("feature-y", &[("k", "1")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "feature-y")), "baseline");
+    configs.set_cm("feature-y", &[("k", "2")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "feature-y")), "rollout");
 }
 
 #[test]
@@ -326,15 +312,12 @@ fn workload_changes_only_move_the_baseline() {
         json!({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "cm"}}]}]});
     let mut h = Harness::new(AUTO, spec);
     let configs = base_configs();
-    assert_eq!(h.react(&configs, (Cm, "cm"), Changed), "baseline");
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
     // The pod spec now also reads the secret: its own change rolls it; we only re-baseline.
     let spec = json!({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "cm"}}, {"secretRef": {"name": "sec"}}]}]});
     let mut changed = h.deployment.clone();
     changed.spec.template.spec = serde_json::from_value(spec).unwrap();
     h.index.apply(Workload::from(&changed));
-    assert_eq!(
-        h.react(&configs, (Sec, "sec"), Trigger::WorkloadChanged),
-        "baseline"
-    );
-    assert_eq!(h.react(&configs, (Sec, "sec"), Changed), "none");
+    assert_eq!(h.react(&configs, (Sec, "sec")), "baseline");
+    assert_eq!(h.react(&configs, (Sec, "sec")), "none");
 }
