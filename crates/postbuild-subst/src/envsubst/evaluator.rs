@@ -124,10 +124,16 @@ const LOOKUP_CACHE_SLOTS: usize = 64;
 
 /// A cheap multiplicative hash of a name, for the lookup cache only.
 fn name_slot(name: &[u8]) -> usize {
-    let mut hash: u64 = 0;
-    for &byte in name {
-        hash = (hash.rotate_left(5) ^ u64::from(byte)).wrapping_mul(0x517c_c1b7_2722_0a95);
-    }
+    // The first and last (up to) eight bytes and the length: one multiplication.
+    let word = |bytes: &[u8]| {
+        let mut buf = [0u8; 8];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        u64::from_le_bytes(buf)
+    };
+    let head = word(&name[..name.len().min(8)]);
+    let tail = word(&name[name.len().saturating_sub(8)..]);
+    let length = u64::try_from(name.len()).unwrap_or(u64::MAX);
+    let hash = (head ^ tail.rotate_left(29) ^ length).wrapping_mul(0x517c_c1b7_2722_0a95);
     // The cache has 64 slots: the top 6 bits of the hash pick one.
     usize::try_from(hash >> 58).unwrap_or(0)
 }
@@ -249,50 +255,56 @@ impl<'t, 'v, V: VarSource + ?Sized> Evaluator<'t, 'v, V> {
     /// false at the end of the template. A NUL byte ends the template, as upstream's scanner
     /// reads byte 0 as end of input (the rest is dropped).
     fn copy_text(&mut self) -> bool {
+        /// After this many ordinary bytes in a row, switch from the byte loop to `memchr`.
+        const SHORT_RUN: usize = 32;
         let src = self.src;
         let writing = self.eval_error.is_none();
-        // Bytes from `copied` up to the special byte found still have to be copied.
-        let mut copied = self.pos;
         let mut pos = self.pos;
         loop {
-            let rest = &src[pos..];
-            // `$$`-dense text has specials a few bytes apart: look close by before memchr.
-            let near = rest.iter().take(16).position(|&b| b == b'$' || b == 0);
-            let found = near.or_else(|| {
-                memchr2(b'$', 0, rest.get(16..).unwrap_or_default()).map(|offset| offset + 16)
-            });
-            let Some(found) = found else {
-                if writing {
-                    self.out.extend_from_slice(&src[copied..]);
+            // Byte by byte while specials are close together (`$$`-dense text) ...
+            let mut run = 0;
+            while let Some(&byte) = src.get(pos) {
+                if byte == b'$' || byte == 0 || run == SHORT_RUN {
+                    break;
                 }
-                self.pos = src.len();
-                return false;
-            };
-            let at = pos + found;
-            if src[at] == 0 {
                 if writing {
-                    self.out.extend_from_slice(&src[copied..at]);
+                    self.out.push(byte);
                 }
-                self.pos = src.len();
-                return false;
+                pos += 1;
+                run += 1;
             }
-            match src.get(at + 1) {
-                Some(b'{') => {
-                    if writing {
-                        self.out.extend_from_slice(&src[copied..at]);
-                    }
-                    self.pos = at;
+            // ... and with `memchr` and one copy over long ordinary runs.
+            if run == SHORT_RUN {
+                let rest = &src[pos..];
+                let found = memchr2(b'$', 0, rest).unwrap_or(rest.len());
+                if writing {
+                    self.out.extend_from_slice(&rest[..found]);
+                }
+                pos += found;
+            }
+            match (src.get(pos), src.get(pos + 1)) {
+                (None | Some(0), _) => {
+                    self.pos = src.len();
+                    return false;
+                }
+                (Some(b'$'), Some(b'{')) => {
+                    self.pos = pos;
                     return true;
                 }
-                Some(b'$') => {
-                    // Keep the first `$`, drop the second.
+                (Some(b'$'), Some(b'$')) => {
+                    // `$$` is one `$`.
                     if writing {
-                        self.out.extend_from_slice(&src[copied..=at]);
+                        self.out.push(b'$');
                     }
-                    copied = at + 2;
-                    pos = at + 2;
+                    pos += 2;
                 }
-                _ => pos = at + 1,
+                (Some(&byte), _) => {
+                    // A lone `$`, or an ordinary byte ending a long run.
+                    if writing {
+                        self.out.push(byte);
+                    }
+                    pos += 1;
+                }
             }
         }
     }

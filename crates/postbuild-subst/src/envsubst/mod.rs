@@ -74,7 +74,9 @@ pub enum SubstitutionErrorKind {
     NegativeSubstringLength(String),
 }
 
-/// Where variables come from: a name to its value, `None` when it is not defined.
+/// Where variables come from: a name to its value, `None` when it is not defined. One evaluation
+/// looks each name up at most once in the common case (recent lookups are remembered), so the
+/// source should answer the same for the same name during an evaluation.
 pub trait VarSource {
     /// The value of `name`, or `None` when it is not defined.
     fn lookup(&self, name: &str) -> Option<Cow<'_, str>>;
