@@ -449,4 +449,109 @@ mod tests {
         assert!(entry.consumption(ConfigMap, "x").is_some());
         assert!(entry.consumption(Secret, "y").is_none());
     }
+
+    /// A step of the property test: apply workload `w` with annotation set `ann` consuming the
+    /// ConfigMaps and Secrets in the two bit masks, or delete it.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Apply {
+            w: usize,
+            ann: usize,
+            cms: u8,
+            secrets: u8,
+        },
+        Delete {
+            w: usize,
+        },
+    }
+
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+    const ANNOTATIONS: [&[(&str, &str)]; 8] = [
+        &[],
+        &[("reloader.stakater.com/auto", "true")],
+        &[("reloader.stakater.com/auto", "false")],
+        &[("configmap.reloader.stakater.com/auto", "true")],
+        &[("secret.reloader.stakater.com/reload", "a")],
+        &[("configmap.reloader.stakater.com/reload", "b|c")],
+        &[("reloader.stakater.com/search", "true")],
+        &[("wave.pusher.com/update-on-config-change", "true")],
+    ];
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..4usize, 0..ANNOTATIONS.len(), 0..16u8, 0..16u8).prop_map(
+                |(w, ann, cms, secrets)| Step::Apply {
+                    w,
+                    ann,
+                    cms,
+                    secrets
+                }
+            ),
+            (0..4usize).prop_map(|w| Step::Delete { w }),
+        ]
+    }
+
+    fn refs(mask: u8, key: &str) -> Vec<Value> {
+        (0..4)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| json!({key: {"name": NAMES[i]}}))
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// After any sequence of applies and deletes, a lookup answers what a scan of the live
+        /// workloads answers.
+        #[test]
+        fn lookup_equals_a_scan(steps in proptest::collection::vec(step(), 1..24)) {
+            let mut index = ConsumerIndex::new(Options::default());
+            let mut live: BTreeMap<String, Deployment> = BTreeMap::new();
+            for s in steps {
+                match s {
+                    Step::Apply { w, ann, cms, secrets } => {
+                        let mut env_from = refs(cms, "configMapRef");
+                        env_from.extend(refs(secrets, "secretRef"));
+                        let name = format!("w{w}");
+                        let annotations: BTreeMap<&str, &str> = ANNOTATIONS[ann].iter().copied().collect();
+                        let d = deployment(&name, json!(annotations), json!([{"name": "c", "envFrom": env_from}]));
+                        index.apply((&d).into());
+                        live.insert(name, d);
+                    }
+                    Step::Delete { w } => {
+                        index.delete(&dep_ref(&format!("w{w}")));
+                        live.remove(&format!("w{w}"));
+                    }
+                }
+                let matched = ann(&[("reloader.stakater.com/match", "true")]);
+                for kind in [ConfigMap, Secret] {
+                    for name in NAMES {
+                        for config_ann in [None, Some(&matched)] {
+                            let got: Vec<(String, Option<Reason>)> = index
+                                .lookup(kind, "ns", name, config_ann)
+                                .into_iter()
+                                .map(|h| (h.workload.name.to_string(), h.reason))
+                                .collect();
+                            let want: Vec<(String, Option<Reason>)> = live
+                                .iter()
+                                .filter_map(|(wname, d)| {
+                                    let w = Workload::from(d);
+                                    let opt_in = OptIn::of(w);
+                                    if !opt_in.is_enabled(Options::default()) {
+                                        return None;
+                                    }
+                                    let consumed = w.consumers().iter().any(|c| c.kind == kind && c.name == name);
+                                    let named = opt_in.named_patterns(kind).iter().any(|p| p.matches(name));
+                                    (consumed || named).then(|| {
+                                        let reason = opt_in.watches(kind, name, config_ann, consumed, Options::default());
+                                        (wname.clone(), reason)
+                                    })
+                                })
+                                .collect();
+                            proptest::prop_assert_eq!(got, want, "{}/{}", kind, name);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
