@@ -31,6 +31,8 @@ pub enum Command {
     Build(crate::build_cmd::BuildArgs),
     /// Show, offline and on a directory of manifests, what conflux would copy, trigger and roll.
     Plan,
+    /// Print the CustomResourceDefinitions conflux serves (ConfigSync) as YAML.
+    Crd,
 }
 
 /// Runs the chosen subcommand and returns the process exit code.
@@ -40,6 +42,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Envsubst { strict } => crate::envsubst_cmd::run(strict),
         Command::Build(args) => crate::build_cmd::run(&args),
         Command::Plan => not_implemented("plan"),
+        Command::Crd => crate::crd_cmd::run(),
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod build_cmd;
 mod cli;
+mod crd_cmd;
 mod envsubst_cmd;
 
 use std::process::ExitCode;

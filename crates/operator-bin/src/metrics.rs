@@ -40,6 +40,16 @@ pub struct ResourceLabels {
     pub resource: String,
 }
 
+/// Labels of a write (or decision not to write) made by the copy and sync controllers.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    /// `copy` or `sync`.
+    pub controller: String,
+    /// What happened: `apply`, `recreate`, `create`, `update`, `delete`, `unchanged`, or the
+    /// reason of a failure (`SourceNotFound`, `Refused`, `Conflict`, ...).
+    pub result: String,
+}
+
 /// Every metric conflux exports.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -53,6 +63,8 @@ pub struct Metrics {
     pub index_referrers: Gauge,
     /// `conflux_index_keys`.
     pub index_keys: Gauge,
+    /// `conflux_copy_applies_total`.
+    pub copy_applies: Family<ApplyLabels, Counter>,
 }
 
 impl Metrics {
@@ -83,6 +95,11 @@ impl Metrics {
             "index_keys",
             "Distinct ConfigMaps/Secrets referenced by indexed objects",
             self.index_keys.clone(),
+        );
+        sub.register(
+            "copy_applies",
+            "Copies written (or found in sync, or failed) by the copy and sync controllers",
+            self.copy_applies.clone(),
         );
     }
 }

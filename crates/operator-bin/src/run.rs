@@ -10,7 +10,9 @@ use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
 
 use crate::controllers::ControllerName;
+use crate::controllers::copy::{self, CopyConfig};
 use crate::controllers::flux_trigger::{self, FluxTriggerConfig};
+use crate::controllers::sync::{self, SyncConfig};
 use crate::metrics::{self, Endpoints, Health, Metrics};
 use crate::telemetry::{self, LogEncoding};
 
@@ -50,6 +52,12 @@ pub struct RunArgs {
     /// Reconcile requests written in parallel.
     #[arg(long, default_value_t = 4)]
     pub concurrent: usize,
+
+    /// Namespaces whose ConfigMaps/Secrets may fan out with the kopy annotations
+    /// (`kopy.kot-labs.com/sync`, `flynshue.io/sync`), comma-separated; elsewhere the annotation is
+    /// refused with an Event.
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub sync_source_namespaces: Vec<String>,
 
     /// Log level: trace, debug, info, error, or a tracing filter such as `conflux=debug`.
     #[arg(long, default_value = "info")]
@@ -93,6 +101,10 @@ pub struct RunPlan {
     pub controllers: BTreeSet<ControllerName>,
     /// Configuration of the flux-trigger controller.
     pub flux_trigger: FluxTriggerConfig,
+    /// Configuration of the copy controller.
+    pub copy: CopyConfig,
+    /// Configuration of the sync controller.
+    pub sync: SyncConfig,
 }
 
 impl RunArgs {
@@ -137,8 +149,23 @@ impl RunArgs {
         }
         metrics::parse_bind_addr("--metrics-addr", &self.metrics_addr)?;
         metrics::parse_bind_addr("--health-addr", &self.health_addr)?;
+        let sync_source_namespaces: Vec<String> = self
+            .sync_source_namespaces
+            .iter()
+            .map(|ns| ns.trim().to_owned())
+            .filter(|ns| !ns.is_empty())
+            .collect();
         Ok(RunPlan {
             controllers,
+            copy: CopyConfig {
+                object_selector: object_selector.clone(),
+                concurrent: self.concurrent,
+            },
+            sync: SyncConfig {
+                object_selector: object_selector.clone(),
+                sync_source_namespaces,
+                concurrent: self.concurrent,
+            },
             flux_trigger: FluxTriggerConfig {
                 config_selector,
                 object_selector,
@@ -182,6 +209,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             flux_trigger::Context::new(client.clone(), plan.flux_trigger.clone(), metrics.clone());
         let health = health.clone();
         tasks.spawn(async move { flux_trigger::run(ctx, health).await });
+    }
+    if plan.controllers.contains(&ControllerName::Copy) {
+        let ctx = copy::Context::new(client.clone(), plan.copy.clone(), metrics.clone());
+        let health = health.clone();
+        tasks.spawn(async move { copy::run(ctx, health).await });
+    }
+    if plan.controllers.contains(&ControllerName::Sync) {
+        let ctx = sync::Context::new(client.clone(), plan.sync.clone(), metrics.clone());
+        let health = health.clone();
+        tasks.spawn(async move { sync::run(ctx, health).await });
     }
 
     tokio::select! {

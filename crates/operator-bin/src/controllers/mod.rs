@@ -1,6 +1,8 @@
 //! One module per controller of `conflux run`.
 
+pub mod copy;
 pub mod flux_trigger;
+pub mod sync;
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,7 +41,10 @@ impl ControllerName {
 
     /// Whether this build of conflux can run the controller yet.
     pub fn is_implemented(self) -> bool {
-        matches!(self, ControllerName::FluxTrigger)
+        matches!(
+            self,
+            ControllerName::FluxTrigger | ControllerName::Copy | ControllerName::Sync
+        )
     }
 }
 

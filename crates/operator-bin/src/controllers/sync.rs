@@ -1,0 +1,673 @@
+//! The `sync` controller: fan-out copies of one ConfigMap or Secret into many namespaces, from a
+//! cluster-scoped `ConfigSync` or from a source annotated `kopy.kot-labs.com/sync` /
+//! `flynshue.io/sync` in a namespace listed in `--sync-source-namespaces` (DESIGN.md 4.2).
+//!
+//! Observe → decide → act → report:
+//! - ConfigSyncs are the primary objects of a [`Controller`] (`--watch-label-selector` shards
+//!   them). Namespaces, ConfigMaps and Secrets are watched metadata-only and mapped to the
+//!   ConfigSyncs they concern: a namespace event re-evaluates every selection; an event on a source,
+//!   on one of our copies (found by its ownership labels) or on an object named like a target wakes
+//!   the ConfigSyncs involved.
+//! - A reconcile reads the source and the objects that matter (our copies, same-name objects),
+//!   lists the namespaces, asks [`copy_core::plan_sync`] for the steps and executes them
+//!   `--concurrent` at a time: server-side apply with field manager `conflux` and `force`, the
+//!   cleanup merge patch, delete, or delete-and-create. Ownership is read back from labels every
+//!   time, so a restarted operator converges from cluster state.
+//! - The outcome becomes the ConfigSync's status (`Ready`, observedGeneration, counts, first
+//!   failures) and Events (conflicts, missing source, failures; never data). Failures are retried
+//!   with backoff. A finalizer on the ConfigSync (never on copies) applies the deletion policy.
+//! - kopy-annotated sources are the primary objects of a second controller (one per kind); an
+//!   annotation outside the trusted namespaces is refused with a Warning Event.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, RwLock};
+
+use copy_core::config_sync::FINALIZER;
+use copy_core::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
+use copy_core::ownership::{
+    CONFIG_SYNC_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_ANNOTATION,
+    SOURCE_NAME_LABEL, label_value,
+};
+use copy_core::status::SyncOutcome;
+use copy_core::{
+    ConfigObject, ConfigSync, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion,
+    plan_sync,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+use watch_index::selector::Selector;
+
+use super::copy::{
+    Backoff, ConfigResource, Error as CopyError, RESYNC_INTERVAL, api_err, apply, concurrency,
+    delete, get_object, merge_patch, object_reference, publish, recorder, recreate, sharded,
+};
+use crate::metrics::{ApplyLabels, Health, Metrics};
+
+/// Settings of the controller (from `conflux run` flags).
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    /// `--watch-label-selector`: only ConfigSyncs and kopy sources with matching labels are handled
+    /// (sharding).
+    pub object_selector: Selector,
+    /// `--sync-source-namespaces`: namespaces whose kopy-annotated sources are trusted.
+    pub sync_source_namespaces: Vec<String>,
+    /// `--concurrent`: ConfigSyncs reconciled, and copies written per ConfigSync, in parallel.
+    pub concurrent: usize,
+}
+
+/// Errors of one reconcile. Messages never contain data.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Reading or writing failed, or the sync is refused or incomplete.
+    #[error(transparent)]
+    Sync(#[from] CopyError),
+    /// Some targets failed; the status lists them.
+    #[error("{0}")]
+    Partial(String),
+    /// Adding or removing the finalizer, or the deletion policy, failed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    client: Client,
+    config: SyncConfig,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    backoff: Backoff,
+    /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
+    /// removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
+    kopy_owners: RwLock<HashSet<SourceRef>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for one controller instance.
+    pub fn new(client: Client, config: SyncConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Context {
+            recorder: recorder(&client),
+            client,
+            config,
+            metrics,
+            backoff: Backoff::default(),
+            kopy_owners: RwLock::new(HashSet::new()),
+        })
+    }
+}
+
+/// Runs the controller (ConfigSyncs, and kopy sources of both kinds) until it fails.
+pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
+    let syncs = run_config_syncs(ctx.clone(), health);
+    let kopy_config_maps = run_kopy::<ConfigMap>(ctx.clone(), SourceKind::ConfigMap);
+    let kopy_secrets = run_kopy::<Secret>(ctx, SourceKind::Secret);
+    tokio::select! {
+        () = syncs => anyhow::bail!("sync controller for ConfigSyncs stopped"),
+        () = kopy_config_maps => anyhow::bail!("sync controller for kopy ConfigMaps stopped"),
+        () = kopy_secrets => anyhow::bail!("sync controller for kopy Secrets stopped"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ConfigSync
+
+async fn run_config_syncs(ctx: Arc<Context>, health: Arc<Health>) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<ConfigSync>::all(client.clone()),
+        sharded(&ctx.config.object_selector),
+    )
+    .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
+    let store = controller.store();
+    let (all, cms, secrets) = (store.clone(), store.clone(), store.clone());
+    let controller = controller
+        .watches(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            move |_ns| every_sync(&all),
+        )
+        .watches(
+            Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
+            watcher::Config::default(),
+            move |meta| syncs_concerned(&cms, SourceKind::ConfigMap, &meta.metadata),
+        )
+        .watches(
+            Api::<PartialObjectMeta<Secret>>::all(client),
+            watcher::Config::default(),
+            move |meta| syncs_concerned(&secrets, SourceKind::Secret, &meta.metadata),
+        );
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            info!("sync: ConfigSyncs listed");
+            health.set_ready(true);
+        }
+    });
+    controller
+        .run(reconcile_sync, sync_error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                debug!(error = %err, "sync: controller event");
+            }
+        })
+        .await;
+}
+
+fn every_sync(store: &Store<ConfigSync>) -> Vec<KubeObjectRef<ConfigSync>> {
+    store
+        .state()
+        .iter()
+        .map(|cs| KubeObjectRef::from_obj(&**cs))
+        .collect()
+}
+
+/// The ConfigSyncs an event on a ConfigMap/Secret concerns: it is their source, one of their copies,
+/// or named like their copies (a conflicting object may have appeared or gone).
+fn syncs_concerned(
+    store: &Store<ConfigSync>,
+    kind: SourceKind,
+    meta: &kube::api::ObjectMeta,
+) -> Vec<KubeObjectRef<ConfigSync>> {
+    let namespace = meta.namespace.as_deref().unwrap_or_default();
+    let name = meta.name.as_deref().unwrap_or_default();
+    let owner = meta.labels.as_ref().and_then(|l| l.get(CONFIG_SYNC_LABEL));
+    store
+        .state()
+        .iter()
+        .filter(|cs| {
+            let spec = &cs.spec;
+            spec.source.kind == kind
+                && ((spec.source.namespace == namespace && spec.source.name == name)
+                    || spec.target_name() == name
+                    || owner.is_some_and(|o| *o == label_value(&cs.name_any())))
+        })
+        .map(|cs| KubeObjectRef::from_obj(&**cs))
+        .collect()
+}
+
+fn sync_error_policy(cs: Arc<ConfigSync>, err: &Error, ctx: Arc<Context>) -> Action {
+    let key = format!("ConfigSync/{}", cs.name_any());
+    let delay = ctx.backoff.next(key.clone());
+    warn!(config_sync = %key, error = %err, retry_in = ?delay, "sync: not in sync");
+    Action::requeue(delay)
+}
+
+async fn reconcile_sync(cs: Arc<ConfigSync>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let api: Api<ConfigSync> = Api::all(ctx.client.clone());
+    finalizer(&api, FINALIZER, cs, |event| async {
+        match event {
+            FinalizerEvent::Apply(cs) => apply_sync(&cs, &ctx).await,
+            FinalizerEvent::Cleanup(cs) => cleanup_sync(&cs, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(Box::new(e)))
+}
+
+fn config_sync_reference(cs: &ConfigSync) -> ObjectReference {
+    let mut reference = cs.object_ref(&());
+    reference.namespace = None;
+    reference
+}
+
+async fn apply_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
+    let name = cs.name_any();
+    let reference = config_sync_reference(cs);
+    let outcome = match FanOut::from_config_sync(&name, &cs.spec) {
+        Ok(fan_out) => fan_out_once(ctx, &fan_out, &reference).await?,
+        Err(problem) => SyncOutcome::failed_with(problem),
+    };
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let status =
+        copy_core::status::status(&outcome, cs.metadata.generation, now, cs.status.as_ref());
+    if cs.status.as_ref() != Some(&status) {
+        let body = serde_json::json!({
+            "apiVersion": format!("{}/{}", copy_core::config_sync::GROUP, copy_core::config_sync::VERSION),
+            "kind": copy_core::config_sync::KIND,
+            "status": status,
+        });
+        Api::<ConfigSync>::all(ctx.client.clone())
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&body),
+            )
+            .await
+            .map_err(api_err(format!("writing status of ConfigSync {name}")))?;
+    }
+    finish(ctx, &format!("ConfigSync/{name}"), &reference, &outcome).await
+}
+
+/// Reports a problem of the whole sync and turns an incomplete sync into an error (retried with
+/// backoff); a complete one is checked again after [`RESYNC_INTERVAL`].
+async fn finish(
+    ctx: &Context,
+    key: &str,
+    reference: &ObjectReference,
+    outcome: &SyncOutcome,
+) -> Result<Action, Error> {
+    let (_, reason, message) = outcome.ready();
+    if let Some(problem) = &outcome.problem {
+        publish(
+            &ctx.recorder,
+            reference,
+            EventType::Warning,
+            problem.reason(),
+            problem.to_string(),
+            "Sync",
+        )
+        .await;
+        return Err(Error::Sync(problem.clone().into()));
+    }
+    if outcome.failed > 0 {
+        return Err(Error::Partial(format!("{reason}: {message}")));
+    }
+    ctx.backoff.reset(key);
+    Ok(Action::requeue(RESYNC_INTERVAL))
+}
+
+async fn cleanup_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
+    let name = cs.name_any();
+    let fan_out = match FanOut::from_config_sync(&name, &cs.spec) {
+        Ok(fan_out) => fan_out,
+        Err(_) => {
+            // The selector does not matter for deletion; only the owner and the policy do.
+            let mut spec = cs.spec.clone();
+            spec.target.namespace_selector = None;
+            FanOut::from_config_sync(&name, &spec)?
+        }
+    };
+    let observed = list_objects(&ctx.client, fan_out.source.kind, &owner_list(&fan_out)).await?;
+    let steps = plan_deletion(&fan_out, &observed);
+    let count = steps.len();
+    let reference = config_sync_reference(cs);
+    let outcome = execute(ctx, fan_out.source.kind, &reference, steps, None).await;
+    if outcome.failed > 0 {
+        return Err(Error::Partial(format!(
+            "deletion policy {:?} failed on {} copies",
+            fan_out.deletion_policy, outcome.failed
+        )));
+    }
+    info!(config_sync = %name, copies = count, policy = ?fan_out.deletion_policy, "sync: ConfigSync deleted, deletion policy applied");
+    Ok(Action::await_change())
+}
+
+impl From<copy_core::Error> for Error {
+    fn from(err: copy_core::Error) -> Self {
+        Error::Sync(CopyError::Copy(err))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The fan-out itself, shared by ConfigSyncs and kopy sources.
+
+/// Reads what the plan needs, plans, executes; the outcome says what happened.
+async fn fan_out_once(
+    ctx: &Context,
+    fan_out: &FanOut,
+    reference: &ObjectReference,
+) -> Result<SyncOutcome, CopyError> {
+    let source_ref = &fan_out.source;
+    let source = get_object(
+        &ctx.client,
+        source_ref.kind,
+        &source_ref.namespace,
+        &source_ref.name,
+    )
+    .await?;
+    let namespaces = Api::<PartialObjectMeta<Namespace>>::all(ctx.client.clone())
+        .list_metadata(&ListParams::default())
+        .await
+        .map_err(api_err("listing namespaces"))?;
+    let views = namespaces.items.iter().map(|ns| {
+        let mut view = NamespaceView::new(ns.metadata.name.as_deref().unwrap_or_default())
+            .terminating(ns.metadata.deletion_timestamp.is_some());
+        if let Some(labels) = &ns.metadata.labels {
+            view = view.labels(labels);
+        }
+        view
+    });
+    let mut observed = list_objects(&ctx.client, source_ref.kind, &owner_list(fan_out)).await?;
+    let same_name = ListParams::default().fields(&format!("metadata.name={}", fan_out.target_name));
+    let mut seen: HashSet<(String, String)> = observed
+        .iter()
+        .map(|o| (o.namespace().to_owned(), o.name().to_owned()))
+        .collect();
+    for obj in list_objects(&ctx.client, source_ref.kind, &same_name).await? {
+        if seen.insert((obj.namespace().to_owned(), obj.name().to_owned())) {
+            observed.push(obj);
+        }
+    }
+    let steps = plan_sync(fan_out, source.as_ref(), views, &observed);
+    drop(observed);
+    let outcome = match &source {
+        Some(source) => SyncOutcome::new(Some(source.content_hash())),
+        None => SyncOutcome::failed_with(source_ref.unavailable(format!(
+            "{}s \"{}\" not found",
+            source_ref.kind.as_str().to_lowercase(),
+            source_ref.name
+        ))),
+    };
+    drop(source);
+    Ok(execute(ctx, source_ref.kind, reference, steps, Some(outcome)).await)
+}
+
+fn owner_list(fan_out: &FanOut) -> ListParams {
+    ListParams::default().labels(&fan_out.owner.selector())
+}
+
+/// Lists ConfigMaps or Secrets in every namespace, with their data (read for this reconcile only).
+async fn list_objects(
+    client: &Client,
+    kind: SourceKind,
+    params: &ListParams,
+) -> Result<Vec<ConfigObject>, CopyError> {
+    let action = || format!("listing {kind}s");
+    Ok(match kind {
+        SourceKind::ConfigMap => Api::<ConfigMap>::all(client.clone())
+            .list(params)
+            .await
+            .map_err(api_err(action()))?
+            .items
+            .into_iter()
+            .map(ConfigObject::from)
+            .collect(),
+        SourceKind::Secret => Api::<Secret>::all(client.clone())
+            .list(params)
+            .await
+            .map_err(api_err(action()))?
+            .items
+            .into_iter()
+            .map(ConfigObject::from)
+            .collect(),
+    })
+}
+
+/// Executes `steps`, `--concurrent` at a time, and records each result.
+async fn execute(
+    ctx: &Context,
+    kind: SourceKind,
+    reference: &ObjectReference,
+    steps: Vec<Step>,
+    outcome: Option<SyncOutcome>,
+) -> SyncOutcome {
+    let mut outcome = outcome.unwrap_or_default();
+    let results: Vec<(Step, Result<(), CopyError>)> = futures::stream::iter(steps)
+        .map(|step| async move {
+            let result = execute_step(ctx, kind, reference, &step).await;
+            (step, result)
+        })
+        .buffer_unordered(ctx.config.concurrent.max(1))
+        .collect()
+        .await;
+    let mut written = 0usize;
+    for (step, result) in results {
+        let label = match (&step, &result) {
+            (_, Err(err)) => err.reason(),
+            (Step::InSync { .. }, _) => "unchanged",
+            (Step::Skip { .. }, _) => "skip",
+            (Step::Create { .. }, _) => "create",
+            (Step::Update { .. }, _) => "update",
+            (Step::Recreate { .. }, _) => "recreate",
+            (Step::Adopt { .. }, _) => "adopt",
+            (Step::Delete { .. }, _) => "delete",
+            (Step::MarkOrphaned { .. }, _) => "orphan",
+            (Step::Release { .. }, _) => "release",
+        };
+        ctx.metrics
+            .copy_applies
+            .get_or_create(&ApplyLabels {
+                controller: "sync".to_owned(),
+                result: label.to_owned(),
+            })
+            .inc();
+        if let Err(err) = &result {
+            warn!(namespace = step.namespace(), error = %err, "sync: step failed");
+            publish(
+                &ctx.recorder,
+                reference,
+                EventType::Warning,
+                err.reason(),
+                format!("namespace {}: {err}", step.namespace()),
+                "Sync",
+            )
+            .await;
+        } else if !step.is_noop() {
+            written += 1;
+        }
+        outcome.record(&step, result.map_err(|e| e.to_string()));
+    }
+    if written > 0 {
+        debug!(written, "sync: copies written");
+    }
+    outcome
+}
+
+async fn execute_step(
+    ctx: &Context,
+    kind: SourceKind,
+    reference: &ObjectReference,
+    step: &Step,
+) -> Result<(), CopyError> {
+    let client = &ctx.client;
+    match step {
+        Step::Create { object } | Step::MarkOrphaned { object } => apply(client, object).await,
+        Step::Update { object, cleanup } | Step::Adopt { object, cleanup } => {
+            apply(client, object).await?;
+            match cleanup {
+                Some(patch) => {
+                    merge_patch(
+                        client,
+                        object.kind(),
+                        object.namespace(),
+                        object.name(),
+                        patch,
+                    )
+                    .await
+                }
+                None => Ok(()),
+            }
+        }
+        Step::Recreate { object, .. } => recreate(client, object).await,
+        Step::Delete { namespace, name } => delete(client, kind, namespace, name).await,
+        Step::Release {
+            namespace,
+            name,
+            patch,
+        } => merge_patch(client, kind, namespace, name, patch).await,
+        Step::InSync { .. } => Ok(()),
+        Step::Skip { message, .. } => {
+            publish(
+                &ctx.recorder,
+                reference,
+                EventType::Warning,
+                "Conflict",
+                message.clone(),
+                "Sync",
+            )
+            .await;
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// kopy-annotated sources
+
+async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
+    let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<PartialObjectMeta<K>>::all(client.clone()),
+        sharded(&ctx.config.object_selector),
+    )
+    .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
+    let store = controller.store();
+    let trusted = ctx.config.sync_source_namespaces.clone();
+    let owners_ctx = ctx.clone();
+    let controller = controller
+        .watches(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+            move |_ns| kopy_sources(&store, &trusted),
+        )
+        .watches(
+            Api::<PartialObjectMeta<K>>::all(client),
+            watcher::Config::default().labels(&format!(
+                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_NAME_LABEL}"
+            )),
+            move |meta| kopy_owner_of(&owners_ctx, kind, &meta.metadata),
+        );
+    controller
+        .run(
+            move |obj, ctx| reconcile_kopy(obj, ctx, kind),
+            move |obj, err, ctx| kopy_error_policy(obj, err, ctx, kind),
+            ctx,
+        )
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                debug!(error = %err, "sync: kopy controller event");
+            }
+        })
+        .await;
+}
+
+fn kopy_annotation(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|a| {
+        a.contains_key(KOPY_SYNC_ANNOTATION) || a.contains_key(KOPY_SYNC_ANNOTATION_LEGACY)
+    })
+}
+
+fn kopy_sources<K: ConfigResource>(
+    store: &Store<PartialObjectMeta<K>>,
+    trusted: &[String],
+) -> Vec<KubeObjectRef<PartialObjectMeta<K>>> {
+    store
+        .state()
+        .iter()
+        .filter(|m| kopy_annotation(m.metadata.annotations.as_ref()))
+        .filter(|m| {
+            trusted
+                .iter()
+                .any(|t| Some(t.as_str()) == m.metadata.namespace.as_deref())
+        })
+        .map(|m| KubeObjectRef::from_obj(&**m))
+        .collect()
+}
+
+/// The kopy source owning a copy, from the copy's source annotation; remembered so that removing
+/// the annotation from the source releases its copies.
+fn kopy_owner_of<K: ConfigResource>(
+    ctx: &Context,
+    kind: SourceKind,
+    meta: &kube::api::ObjectMeta,
+) -> Option<KubeObjectRef<PartialObjectMeta<K>>> {
+    let value = meta.annotations.as_ref()?.get(SOURCE_ANNOTATION)?;
+    let mut parts = value.splitn(3, '/');
+    let (_, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+    ctx.kopy_owners
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(SourceRef::new(kind, namespace, name));
+    Some(KubeObjectRef::new(name).within(namespace))
+}
+
+fn kopy_error_policy<K: ConfigResource>(
+    obj: Arc<PartialObjectMeta<K>>,
+    err: &Error,
+    ctx: Arc<Context>,
+    kind: SourceKind,
+) -> Action {
+    let key = format!(
+        "{kind}/{}/{}",
+        obj.namespace().unwrap_or_default(),
+        obj.name_any()
+    );
+    let delay = ctx.backoff.next(key.clone());
+    warn!(source = %key, error = %err, retry_in = ?delay, "sync: kopy source not in sync");
+    Action::requeue(delay)
+}
+
+async fn reconcile_kopy<K: ConfigResource>(
+    meta: Arc<PartialObjectMeta<K>>,
+    ctx: Arc<Context>,
+    kind: SourceKind,
+) -> Result<Action, Error> {
+    let source_ref = SourceRef::new(kind, meta.namespace().unwrap_or_default(), meta.name_any());
+    let key = source_ref.to_string();
+    let reference = object_reference(kind, &meta.metadata);
+    let annotations = meta.metadata.annotations.as_ref();
+    let trusted = ctx.config.sync_source_namespaces.iter().map(String::as_str);
+    let fan_out = match FanOut::from_kopy(&source_ref, annotations, trusted) {
+        None => return release_kopy(&ctx, &source_ref, &reference).await,
+        Some(Err(refused)) => {
+            // Refused or unparsable: reported once per change of the source, not retried.
+            warn!(source = %key, error = %refused, "sync: kopy annotation refused");
+            publish(
+                &ctx.recorder,
+                &reference,
+                EventType::Warning,
+                refused.reason(),
+                refused.to_string(),
+                "Sync",
+            )
+            .await;
+            return Ok(Action::await_change());
+        }
+        Some(Ok(fan_out)) => fan_out,
+    };
+    let outcome = fan_out_once(&ctx, &fan_out, &reference).await?;
+    if outcome.failed == 0 && outcome.problem.is_none() {
+        ctx.kopy_owners
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(source_ref);
+    }
+    finish(&ctx, &key, &reference, &outcome).await
+}
+
+/// A source without (or no longer with) a kopy annotation: release the copies it owned.
+async fn release_kopy(
+    ctx: &Context,
+    source_ref: &SourceRef,
+    reference: &ObjectReference,
+) -> Result<Action, Error> {
+    let known = ctx
+        .kopy_owners
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(source_ref);
+    if !known {
+        return Ok(Action::await_change());
+    }
+    let fan_out = FanOut::kopy(source_ref, Selector::nothing());
+    let observed = list_objects(&ctx.client, source_ref.kind, &owner_list(&fan_out)).await?;
+    let steps = plan_deletion(&fan_out, &observed);
+    let outcome = execute(ctx, source_ref.kind, reference, steps, None).await;
+    if outcome.failed > 0 {
+        return Err(Error::Partial(format!(
+            "releasing the copies of {source_ref} failed on {} copies",
+            outcome.failed
+        )));
+    }
+    ctx.kopy_owners
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove(source_ref);
+    info!(source = %source_ref, "sync: kopy annotation removed, copies released");
+    Ok(Action::await_change())
+}
