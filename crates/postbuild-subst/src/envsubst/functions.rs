@@ -144,6 +144,62 @@ fn is_literal_pattern(pattern: &[u8]) -> bool {
         .any(|b| matches!(b, b'*' | b'?' | b'[' | b'\\'))
 }
 
+/// The common glob shapes whose prefix matches can be found in linear time. For these the
+/// upstream matcher (`path.Match` on every prefix, quadratic) provably answers the same:
+/// `lit*` matches a prefix starting with `lit`, `*lit` one ending with it, `*lit*` one
+/// containing it, `*` any. `lit` holds no `*`, `?`, `[` or a backslash, so no error is possible.
+#[derive(Debug, Clone, Copy)]
+enum SimpleGlob<'p> {
+    Any,
+    StartsWith(&'p [u8]),
+    EndsWith(&'p [u8]),
+    Contains(&'p [u8]),
+}
+
+fn simple_glob(pattern: &[u8]) -> Option<SimpleGlob<'_>> {
+    let leading = pattern.iter().take_while(|&&b| b == b'*').count();
+    let rest = &pattern[leading..];
+    let trailing = rest.iter().rev().take_while(|&&b| b == b'*').count();
+    let literal = &rest[..rest.len() - trailing];
+    if !is_literal_pattern(literal) {
+        return None;
+    }
+    match (leading > 0, trailing > 0, literal.is_empty()) {
+        (_, _, true) if leading + trailing > 0 => Some(SimpleGlob::Any),
+        (false, true, false) => Some(SimpleGlob::StartsWith(literal)),
+        (true, false, false) => Some(SimpleGlob::EndsWith(literal)),
+        (true, true, false) => Some(SimpleGlob::Contains(literal)),
+        _ => None,
+    }
+}
+
+/// Length of the shortest (or longest) non-empty prefix of `value` that `glob` matches.
+fn simple_glob_prefix(value: &[u8], glob: SimpleGlob<'_>, longest: bool) -> Option<usize> {
+    if value.is_empty() {
+        return None;
+    }
+    match glob {
+        SimpleGlob::Any => Some(if longest { value.len() } else { 1 }),
+        SimpleGlob::StartsWith(literal) => {
+            value
+                .starts_with(literal)
+                .then_some(if longest { value.len() } else { literal.len() })
+        }
+        SimpleGlob::EndsWith(literal) if longest => {
+            memmem::rfind(value, literal).map(|at| at + literal.len())
+        }
+        SimpleGlob::EndsWith(literal) => memmem::find(value, literal).map(|at| at + literal.len()),
+        SimpleGlob::Contains(literal) => {
+            let first = memmem::find(value, literal)?;
+            Some(if longest {
+                value.len()
+            } else {
+                first + literal.len()
+            })
+        }
+    }
+}
+
 /// `trimShortest`: remove the shortest non-empty prefix matching the glob. A malformed pattern
 /// met while matching leaves the value unchanged.
 fn trim_shortest(value: &[u8], pattern: &[u8]) -> Vec<u8> {
@@ -152,6 +208,10 @@ fn trim_shortest(value: &[u8], pattern: &[u8]) -> Vec<u8> {
             Some(rest) if !pattern.is_empty() => rest.to_vec(),
             _ => value.to_vec(),
         };
+    }
+    if let Some(glob) = simple_glob(pattern) {
+        let cut = simple_glob_prefix(value, glob, false).unwrap_or(0);
+        return value[cut..].to_vec();
     }
     let mut shortest = 0;
     for end in (1..=value.len()).rev() {
@@ -168,6 +228,10 @@ fn trim_shortest(value: &[u8], pattern: &[u8]) -> Vec<u8> {
 fn trim_longest(value: &[u8], pattern: &[u8]) -> Vec<u8> {
     if is_literal_pattern(pattern) {
         return trim_shortest(value, pattern);
+    }
+    if let Some(glob) = simple_glob(pattern) {
+        let cut = simple_glob_prefix(value, glob, true).unwrap_or(0);
+        return value[cut..].to_vec();
     }
     for end in (1..=value.len()).rev() {
         match glob::matches(pattern, &value[..end]) {
@@ -231,6 +295,66 @@ mod tests {
         assert_eq!(substring(v, b"-3", None), Ok(&b"8ij"[..]));
         assert!(substring(v, b"9223372036854775807", Some(b"1")).is_err());
         assert_eq!(substring(v, b"x", None), Ok(&v[..]));
+    }
+
+    /// The linear fast paths agree with the upstream algorithm (matching every prefix).
+    #[test]
+    fn simple_globs_agree_with_prefix_matching() {
+        let values: [&[u8]; 6] = [
+            b"bash.string.txt",
+            b"/path/to/file",
+            b"",
+            b"a",
+            "h\u{e9}llo.\u{e9}".as_bytes(),
+            b"...",
+        ];
+        let patterns: [&[u8]; 9] = [
+            b"*", b"**", b"*.", b".*", b"*.*", b"*/", b"/*", b"*\xc3*", b"ba*",
+        ];
+        for value in values {
+            for pattern in patterns {
+                assert!(simple_glob(pattern).is_some());
+                for longest in [false, true] {
+                    let mut expected = None;
+                    for end in 1..=value.len() {
+                        if glob::matches(pattern, &value[..end]) == Ok(true)
+                            && (longest || expected.is_none())
+                        {
+                            expected = Some(end);
+                        }
+                    }
+                    let glob = simple_glob(pattern).unwrap();
+                    assert_eq!(
+                        simple_glob_prefix(value, glob, longest),
+                        expected,
+                        "{value:?} {pattern:?} {longest}"
+                    );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn simple_globs_agree_on_random_input(
+            value in "[a./é]{0,12}",
+            stars in (0usize..3, 0usize..3),
+            literal in "[a./é]{0,3}",
+        ) {
+            let pattern = format!("{}{}{}", "*".repeat(stars.0), literal, "*".repeat(stars.1));
+            let (value, pattern) = (value.as_bytes(), pattern.as_bytes());
+            if let Some(glob) = simple_glob(pattern) {
+                for longest in [false, true] {
+                    let mut expected = None;
+                    for end in 1..=value.len() {
+                        if glob::matches(pattern, &value[..end]) == Ok(true) && (longest || expected.is_none()) {
+                            expected = Some(end);
+                        }
+                    }
+                    proptest::prop_assert_eq!(simple_glob_prefix(value, glob, longest), expected);
+                }
+            }
+        }
     }
 
     #[test]
