@@ -9,6 +9,15 @@ use postbuild_subst::envsubst::{self, Mode};
 use postbuild_subst::resource::{self, ResourceOutcome, SubstitutionOptions};
 use serde_json::Value;
 
+/// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the
+/// conformance counts even when the test passes.
+macro_rules! summary {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn vectors_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/conformance/envsubst-upstream.jsonl")
@@ -171,9 +180,9 @@ fn envsubst_upstream_vectors() {
     let passed: usize = counts.values().map(|c| c.0).sum();
     let failed: usize = counts.values().map(|c| c.1).sum();
     for (layer, (ok, bad)) in &counts {
-        println!("  {layer}: {ok} passed, {bad} failed");
+        summary!("  {layer}: {ok} passed, {bad} failed");
     }
-    println!("envsubst conformance: {passed} passed, {failed} failed");
+    summary!("envsubst conformance: {passed} passed, {failed} failed");
     assert_eq!(passed + failed, 387, "expected 387 vectors");
     assert!(failures.is_empty(), "{failed} conformance failures");
 }

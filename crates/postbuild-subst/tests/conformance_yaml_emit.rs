@@ -7,6 +7,15 @@ use std::path::PathBuf;
 use postbuild_subst::yaml::emit::{json_text_to_yaml, json_to_yaml};
 use serde_json::Value;
 
+/// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the
+/// conformance counts even when the test passes.
+macro_rules! summary {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// `/work/shared/conformance`, a sibling of the repository root.
 fn conformance_dir() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance");
@@ -64,7 +73,7 @@ fn yaml_v2_j2y_vectors() {
     for f in failures.iter().take(SHOWN) {
         eprintln!("FAIL {f}");
     }
-    println!(
+    summary!(
         "yaml j2y conformance: {} passed, {} failed",
         cases.len() - failures.len(),
         failures.len()
@@ -97,7 +106,7 @@ fn envsubst_resource_yaml_text() {
     for f in failures.iter().take(SHOWN) {
         eprintln!("FAIL {f}");
     }
-    println!(
+    summary!(
         "yaml resource yaml_text conformance: {} passed, {} failed",
         cases.len() - failures.len(),
         failures.len()

@@ -5,6 +5,15 @@ use std::path::PathBuf;
 
 use postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
 
+/// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the
+/// conformance counts even when the test passes.
+macro_rules! summary {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 fn vectors_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/yaml-v2.jsonl")
 }
@@ -98,7 +107,7 @@ fn yaml_y2j_conformance() {
     for f in &failures {
         println!("FAIL {f}");
     }
-    println!(
+    summary!(
         "yaml y2j conformance: {passed} passed, {failed} failed ({ok_cases} output cases, {err_cases} error cases)"
     );
     assert_eq!(passed + failed, 1472, "expected 1472 y2j vectors");
