@@ -5,7 +5,8 @@ use std::collections::{HashMap, HashSet};
 
 use super::gofmt::{format_g, go_quote};
 use super::parser::{EventKind, Parser};
-use super::resolve::{self, BINARY_TAG, MERGE_TAG, Resolved};
+use super::resolve::{self, BINARY_TAG, MERGE_TAG};
+use crate::yaml::resolve::Resolved;
 
 /// A decoded Go value (`interface{}` holding one of go-yaml's result types).
 #[derive(Debug, Clone, PartialEq)]
@@ -405,7 +406,7 @@ fn scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, crate::Error>
         Resolved::Uint(u) => GoVal::Uint(u),
         Resolved::Float(f) => GoVal::Float(f),
         // Strings, timestamps (kept as their text for interface{} targets) and unknown tags.
-        Resolved::Text => GoVal::Str(value.as_bytes().to_vec()),
+        Resolved::Timestamp | Resolved::Str => GoVal::Str(value.as_bytes().to_vec()),
     })
 }
 
