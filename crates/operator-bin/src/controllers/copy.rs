@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef as KubeObjectRef;
+use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -215,10 +215,9 @@ async fn run_kind<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind, health
         });
     let store = controller.store();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            info!(%kind, "copy: targets listed");
-            health.set_ready(true);
-        }
+        wait_until_ready(&store).await;
+        info!(%kind, "copy: targets listed");
+        health.set_ready(true);
     });
     controller
         .run(
@@ -232,6 +231,22 @@ async fn run_kind<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind, health
             }
         })
         .await;
+}
+
+/// Waits until a controller's store has listed. The store's ready signal wakes only its last
+/// poller (the controller's own runner competes for it), so it is polled again every 200 ms.
+pub(crate) async fn wait_until_ready<K>(store: &Store<K>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    loop {
+        let poll = tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready());
+        // `Ok(Err(_))`: the controller is gone; nothing more to wait for.
+        if poll.await.is_ok() {
+            return;
+        }
+    }
 }
 
 /// `--concurrent` as the controller's limit.

@@ -49,6 +49,7 @@ use watch_index::selector::Selector;
 use super::copy::{
     Backoff, ConfigResource, Error as CopyError, RESYNC_INTERVAL, api_err, apply, concurrency,
     delete, get_object, merge_patch, object_reference, publish, recorder, recreate, sharded,
+    wait_until_ready,
 };
 use crate::metrics::{ApplyLabels, Health, Metrics};
 
@@ -153,10 +154,9 @@ async fn run_config_syncs(ctx: Arc<Context>, health: Arc<Health>) {
             move |meta| syncs_concerned(&secrets, SourceKind::Secret, &meta.metadata),
         );
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            info!("sync: ConfigSyncs listed");
-            health.set_ready(true);
-        }
+        wait_until_ready(&store).await;
+        info!("sync: ConfigSyncs listed");
+        health.set_ready(true);
     });
     controller
         .run(reconcile_sync, sync_error_policy, ctx)
@@ -219,9 +219,12 @@ async fn reconcile_sync(cs: Arc<ConfigSync>, ctx: Arc<Context>) -> Result<Action
     .map_err(|e| Error::Finalizer(Box::new(e)))
 }
 
+/// The Event reference of a ConfigSync. ConfigSyncs are cluster-scoped and their Events live in
+/// `default`; Kubernetes before 1.22 rejects an Event whose `regarding.namespace` differs from its
+/// own namespace, so the reference names `default` too.
 fn config_sync_reference(cs: &ConfigSync) -> ObjectReference {
     let mut reference = cs.object_ref(&());
-    reference.namespace = None;
+    reference.namespace = Some("default".to_owned());
     reference
 }
 

@@ -1,0 +1,344 @@
+//! What the copy/sync end-to-end tests and the fan-out benchmark share: the ConfigSync CRD from
+//! `deploy/crds/configsync.yaml`, an in-process operator scoped to one test (a shard label), and
+//! small readers of the cluster.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use conflux_tests::{Cluster, eventually, repo_root};
+use copy_core::ConfigSync;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use operator_bin::controllers::copy::{self, CopyConfig};
+use operator_bin::controllers::sync::{self, SyncConfig};
+use operator_bin::metrics::{Health, Metrics};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+use watch_index::selector::Selector;
+
+/// The label that shards objects between operators, as Flux does; each test has its own value.
+pub const SHARD: &str = "sharding.fluxcd.io/key";
+/// The namespace label each test's ConfigSyncs select on (value: the test's shard).
+pub const TENANT: &str = "conflux-test/tenant";
+/// Field manager of the tests' own writes.
+pub const TEST_MANAGER: &str = "conflux-test";
+
+static CRD: OnceCell<()> = OnceCell::const_new();
+
+/// Installs the committed ConfigSync CRD (once per test binary) and waits until it is served.
+pub async fn install_crd(client: &Client) {
+    CRD.get_or_init(|| async {
+        let path = repo_root().join("deploy/crds/configsync.yaml");
+        let text = std::fs::read_to_string(&path).expect("read deploy/crds/configsync.yaml");
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(&text).expect("deploy/crds/configsync.yaml is a CRD");
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        crds.patch(
+            &name,
+            &PatchParams::apply(TEST_MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("the committed CRD installs on the test apiserver");
+        eventually(
+            "ConfigSync CRD established",
+            Duration::from_secs(60),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    let crd = crds.get(&name).await.ok()?;
+                    let established = crd
+                        .status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    established.then_some(())
+                }
+            },
+        )
+        .await;
+        // The CRD is established before its API is discoverable by every client: wait for a list.
+        eventually("ConfigSyncs listable", Duration::from_secs(30), || {
+            let api: Api<ConfigSync> = Api::all(client.clone());
+            async move { api.list(&ListParams::default()).await.ok().map(drop) }
+        })
+        .await;
+    })
+    .await;
+}
+
+/// A test's own operator: the copy and sync controllers in-process, handling only objects labelled
+/// with its shard. Dropping it stops them (as a killed process would).
+pub struct Operator {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts the copy and sync controllers for `shard`, trusting kopy sources in `trusted`.
+    pub async fn start(
+        cluster: &Cluster,
+        shard: &str,
+        trusted: &[&str],
+        concurrent: usize,
+    ) -> Self {
+        let client = cluster.client().await;
+        let selector = Selector::parse(&format!("{SHARD}={shard}")).expect("shard selector");
+        let metrics = Arc::new(Metrics::default());
+        let health = Arc::new(Health::default());
+        let copy_ctx = copy::Context::new(
+            client.clone(),
+            CopyConfig {
+                object_selector: selector.clone(),
+                concurrent,
+            },
+            metrics.clone(),
+        );
+        let sync_ctx = sync::Context::new(
+            client,
+            SyncConfig {
+                object_selector: selector,
+                sync_source_namespaces: trusted.iter().map(|s| (*s).to_owned()).collect(),
+                concurrent,
+            },
+            metrics,
+        );
+        let copy_task = {
+            let health = health.clone();
+            tokio::spawn(async move {
+                if let Err(err) = copy::run(copy_ctx, health).await {
+                    panic!("copy controller failed: {err:#}");
+                }
+            })
+        };
+        let sync_task = {
+            let health = health.clone();
+            tokio::spawn(async move {
+                if let Err(err) = sync::run(sync_ctx, health).await {
+                    panic!("sync controller failed: {err:#}");
+                }
+            })
+        };
+        eventually("operator ready", Duration::from_secs(60), || {
+            let ready = health.is_ready();
+            async move { ready.then_some(()) }
+        })
+        .await;
+        Operator {
+            tasks: vec![copy_task, sync_task],
+        }
+    }
+
+    /// Kills the controllers mid-work (their tasks are aborted; nothing is flushed).
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+/// A unique shard value for one test.
+pub fn shard(test: &str) -> String {
+    format!("{test}-{}", std::process::id())
+}
+
+/// Creates a namespace for a test with extra labels.
+pub async fn namespace(
+    cluster: &Cluster,
+    client: &Client,
+    prefix: &str,
+    labels: &[(&str, &str)],
+) -> String {
+    let name = cluster.namespace(client, prefix).await;
+    if !labels.is_empty() {
+        label_namespace(client, &name, labels).await;
+    }
+    name
+}
+
+/// Sets (value `Some`) or removes (`None`) namespace labels.
+pub async fn label_namespace(client: &Client, ns: &str, labels: &[(&str, &str)]) {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("label namespace {ns}: {e}"));
+}
+
+/// Removes a namespace label.
+pub async fn unlabel_namespace(client: &Client, ns: &str, key: &str) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {key: null}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("unlabel namespace {ns}: {e}"));
+}
+
+/// Server-side applies a ConfigMap or Secret as the test's own field manager.
+pub async fn apply(client: &Client, ns: &str, object: Value) {
+    let kind = object["kind"].as_str().unwrap_or_default().to_owned();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let params = PatchParams::apply(TEST_MANAGER).force();
+    let result = match kind.as_str() {
+        "ConfigMap" => Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .map(drop),
+        "Secret" => Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .map(drop),
+        other => panic!("apply: unexpected kind {other}"),
+    };
+    result.unwrap_or_else(|e| panic!("apply {kind} {ns}/{name}: {e}"));
+}
+
+/// A ConfigMap, or `None`.
+pub async fn config_map(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("get ConfigMap {ns}/{name}: {e}"))
+}
+
+/// A Secret, or `None`.
+pub async fn secret(client: &Client, ns: &str, name: &str) -> Option<Secret> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("get Secret {ns}/{name}: {e}"))
+}
+
+/// The data of a ConfigMap as `key → value`.
+pub fn cm_data(cm: &ConfigMap) -> BTreeMap<String, String> {
+    cm.data.clone().unwrap_or_default()
+}
+
+/// The data of a Secret as `key → decoded value`.
+pub fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect()
+}
+
+/// A label or annotation value of an object's metadata.
+pub fn label<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+/// An annotation value.
+pub fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Creates a ConfigSync from its spec, labelled with `shard`.
+pub async fn create_config_sync(client: &Client, name: &str, shard: &str, spec: Value) {
+    let cs: ConfigSync = serde_json::from_value(json!({
+        "apiVersion": "conflux.dev/v1alpha1",
+        "kind": "ConfigSync",
+        "metadata": {"name": name, "labels": {SHARD: shard}},
+        "spec": spec,
+    }))
+    .expect("ConfigSync object");
+    Api::<ConfigSync>::all(client.clone())
+        .create(&PostParams::default(), &cs)
+        .await
+        .unwrap_or_else(|e| panic!("create ConfigSync {name}: {e}"));
+}
+
+/// A ConfigSync, or `None`.
+pub async fn config_sync(client: &Client, name: &str) -> Option<ConfigSync> {
+    Api::<ConfigSync>::all(client.clone())
+        .get_opt(name)
+        .await
+        .unwrap_or_else(|e| panic!("get ConfigSync {name}: {e}"))
+}
+
+/// The `Ready` condition of a ConfigSync as (status, reason, message).
+pub async fn ready(client: &Client, name: &str) -> Option<(String, String, String)> {
+    let cs = config_sync(client, name).await?;
+    let status = cs.status?;
+    let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+    Some((
+        ready.status.clone(),
+        ready.reason.clone(),
+        ready.message.clone(),
+    ))
+}
+
+/// The Events (events.k8s.io/v1) about one object, as (type, reason, note).
+pub async fn events_about(
+    client: &Client,
+    events_ns: &str,
+    kind: &str,
+    name: &str,
+) -> Vec<(String, String, String)> {
+    let events = Api::<Event>::namespaced(client.clone(), events_ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list events in {events_ns}: {e}"));
+    events
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding
+                .as_ref()
+                .is_some_and(|r| r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name))
+        })
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Waits for an Event about an object with `reason`, and returns its note.
+pub async fn expect_event(
+    client: &Client,
+    events_ns: &str,
+    kind: &str,
+    name: &str,
+    reason: &str,
+) -> String {
+    eventually(
+        &format!("a {reason} Event about {kind} {events_ns}/{name}"),
+        Duration::from_secs(30),
+        || async {
+            events_about(client, events_ns, kind, name)
+                .await
+                .into_iter()
+                .find(|(_, r, _)| r == reason)
+                .map(|(_, _, note)| note)
+        },
+    )
+    .await
+}
