@@ -20,7 +20,9 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use super::gofmt::{format_g, format_json_float};
 use super::resolve::{Resolved, resolve_plain};
+use super::scan::{Escape, escape, is_break, join_gap};
 use crate::Error;
 
 /// `sigs.k8s.io/yaml.JSONToYAML` on a parsed value (what the resource layer uses).
@@ -255,19 +257,7 @@ fn node_from_go_json_float(f: f64) -> Node<'static> {
         // Not representable in serde_json; keep something sensible.
         return Node::Float(f);
     }
-    let abs = f.abs();
-    let lit = if abs != 0.0 && !(1e-6..1e21).contains(&abs) {
-        let mut s = format_go_float(f, FloatFmt::E);
-        // encoding/json shortens e-07 to e-7.
-        let n = s.len();
-        let b = s.as_bytes();
-        if n >= 4 && b[n - 4] == b'e' && b[n - 3] == b'-' && b[n - 2] == b'0' {
-            s.remove(n - 2);
-        }
-        s
-    } else {
-        format_go_float(f, FloatFmt::F)
-    };
+    let lit = format_json_float(f);
     match resolve_plain(&lit) {
         Resolved::Int(i) => Node::Int(i),
         Resolved::Uint(u) => Node::Uint(u),
@@ -298,10 +288,6 @@ struct JsonReader<'a> {
     pos: usize,
 }
 
-fn is_break_char(c: char) -> bool {
-    matches!(c, '\r' | '\n' | '\u{85}' | '\u{2028}' | '\u{2029}')
-}
-
 impl<'a> JsonReader<'a> {
     fn new(src: &'a str) -> Self {
         JsonReader { src, pos: 0 }
@@ -327,7 +313,7 @@ impl<'a> JsonReader<'a> {
         for c in text.chars() {
             match c {
                 '\n' if prev_cr => {}
-                c if is_break_char(c) => line += 1,
+                c if is_break(c) => line += 1,
                 _ => {}
             }
             prev_cr = c == '\r';
@@ -571,7 +557,7 @@ impl<'a> JsonReader<'a> {
                     && self.src[self.pos + 3..]
                         .chars()
                         .next()
-                        .is_none_or(|c| c == ' ' || c == '\t' || c == '\0' || is_break_char(c))
+                        .is_none_or(|c| c == ' ' || c == '\t' || c == '\0' || is_break(c))
                 {
                     return Err(self.scanner_error(self.pos, "found unexpected document indicator"));
                 }
@@ -582,14 +568,14 @@ impl<'a> JsonReader<'a> {
             };
             // Consume non-blank characters.
             let mut leading_blanks = false;
-            while !(c == ' ' || c == '\t' || c == '\0' || is_break_char(c)) {
+            while !(c == ' ' || c == '\t' || c == '\0' || is_break(c)) {
                 if c == '"' {
                     break;
                 }
                 if c == '\\' {
                     let next = self.src[self.pos + 1..].chars().next();
                     match next {
-                        Some(n) if is_break_char(n) => {
+                        Some(n) if is_break(n) => {
                             // An escaped line break: skip it and fold what follows.
                             self.pos += 1;
                             self.skip_line();
@@ -621,7 +607,7 @@ impl<'a> JsonReader<'a> {
                     }
                     self.pos += 1;
                     at_line_start = false;
-                } else if is_break_char(c) {
+                } else if is_break(c) {
                     if !leading_blanks {
                         whitespaces.clear();
                         self.read_line(&mut leading_break);
@@ -635,23 +621,13 @@ impl<'a> JsonReader<'a> {
                 }
             }
             // Join the whitespaces or fold line breaks.
-            if leading_blanks {
-                if leading_break.starts_with('\n') {
-                    if trailing_breaks.is_empty() {
-                        s.push(' ');
-                    } else {
-                        s.push_str(&trailing_breaks);
-                    }
-                } else {
-                    s.push_str(&leading_break);
-                    s.push_str(&trailing_breaks);
-                }
-                leading_break.clear();
-                trailing_breaks.clear();
-            } else {
-                s.push_str(&whitespaces);
-                whitespaces.clear();
-            }
+            join_gap(
+                &mut s,
+                leading_blanks,
+                &mut leading_break,
+                &mut trailing_breaks,
+                &mut whitespaces,
+            );
         }
         self.pos += 1; // closing quote
         Ok(Cow::Owned(s))
@@ -684,79 +660,13 @@ impl<'a> JsonReader<'a> {
         let Some(e) = self.src[self.pos + 1..].chars().next() else {
             return Err(self.scanner_error(self.pos, "found unexpected end of stream"));
         };
-        let code_length = match e {
-            '0' => {
-                s.push('\0');
+        let code_length = match escape(e) {
+            Some(Escape::Char(c)) => {
+                s.push(c);
                 0
             }
-            'a' => {
-                s.push('\u{07}');
-                0
-            }
-            'b' => {
-                s.push('\u{08}');
-                0
-            }
-            't' | '\t' => {
-                s.push('\t');
-                0
-            }
-            'n' => {
-                s.push('\n');
-                0
-            }
-            'v' => {
-                s.push('\u{0B}');
-                0
-            }
-            'f' => {
-                s.push('\u{0C}');
-                0
-            }
-            'r' => {
-                s.push('\r');
-                0
-            }
-            'e' => {
-                s.push('\u{1B}');
-                0
-            }
-            ' ' => {
-                s.push(' ');
-                0
-            }
-            '"' => {
-                s.push('"');
-                0
-            }
-            '\'' => {
-                s.push('\'');
-                0
-            }
-            '\\' => {
-                s.push('\\');
-                0
-            }
-            'N' => {
-                s.push('\u{85}');
-                0
-            }
-            '_' => {
-                s.push('\u{A0}');
-                0
-            }
-            'L' => {
-                s.push('\u{2028}');
-                0
-            }
-            'P' => {
-                s.push('\u{2029}');
-                0
-            }
-            'x' => 2,
-            'u' => 4,
-            'U' => 8,
-            _ => return Err(self.scanner_error(self.pos, "found unknown escape character")),
+            Some(Escape::Hex(n)) => n,
+            None => return Err(self.scanner_error(self.pos, "found unknown escape character")),
         };
         self.pos += 1 + e.len_utf8();
         if code_length > 0 {
@@ -865,82 +775,6 @@ fn is_base60_float(s: &str) -> bool {
         }
     }
     i == b.len()
-}
-
-// ---------------------------------------------------------------------------------------------
-// Go float formatting (strconv.FormatFloat with precision -1)
-// ---------------------------------------------------------------------------------------------
-
-#[derive(Clone, Copy, PartialEq)]
-enum FloatFmt {
-    /// `'e'`: `d.ddde±XX`.
-    E,
-    /// `'f'`: `ddd.ddd`, no exponent.
-    F,
-    /// `'g'`: `'e'` for exponents below -4 or from 6 on (shortest), `'f'` otherwise.
-    G,
-}
-
-/// `strconv.FormatFloat(f, fmt, -1, 64)` for a finite `f`: the shortest digits that round-trip.
-fn format_go_float(f: f64, fmt: FloatFmt) -> String {
-    let neg = f.is_sign_negative();
-    let mut out = String::with_capacity(24);
-    if neg {
-        out.push('-');
-    }
-    if f == 0.0 {
-        out.push('0');
-        if fmt == FloatFmt::E {
-            out.push_str("e+00");
-        }
-        return out;
-    }
-    // Rust's `{:e}` gives the shortest round-tripping digits, like Go's shortest mode.
-    let sci = format!("{:e}", f.abs());
-    let (mant, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: Vec<u8> = mant.bytes().filter(u8::is_ascii_digit).collect();
-    let nd = digits.len() as i32;
-    let dp = exp + 1;
-    let use_e = match fmt {
-        FloatFmt::E => true,
-        FloatFmt::F => false,
-        FloatFmt::G => !(-4..6).contains(&exp),
-    };
-    if use_e {
-        // A finite non-zero float always has at least one significant digit.
-        out.push(digits.first().map_or('0', |&d| d as char));
-        if nd > 1 {
-            out.push('.');
-            out.extend(digits.iter().skip(1).map(|&d| d as char));
-        }
-        out.push('e');
-        out.push(if exp < 0 { '-' } else { '+' });
-        let e = exp.unsigned_abs();
-        if e < 10 {
-            out.push('0');
-        }
-        out.push_str(&e.to_string());
-    } else {
-        let digit_at = |i: i32| -> char {
-            if (0..nd).contains(&i) {
-                digits[i as usize] as char
-            } else {
-                '0'
-            }
-        };
-        if dp > 0 {
-            (0..dp).for_each(|i| out.push(digit_at(i)));
-        } else {
-            out.push('0');
-        }
-        let frac = (nd - dp).max(0);
-        if frac > 0 {
-            out.push('.');
-            (0..frac).for_each(|i| out.push(digit_at(dp + i)));
-        }
-    }
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1276,7 +1110,7 @@ fn analyze_chars(value: &str, chars: impl Iterator<Item = char>) -> Analysis {
             break_space |= previous_break;
             previous_space = true;
             previous_break = false;
-        } else if is_break_char(c) {
+        } else if is_break(c) {
             line_breaks = true;
             leading_break |= first;
             trailing_break |= last;
@@ -1287,7 +1121,7 @@ fn analyze_chars(value: &str, chars: impl Iterator<Item = char>) -> Analysis {
             previous_space = false;
             previous_break = false;
         }
-        preceded_by_whitespace = matches!(c, ' ' | '\t' | '\0') || is_break_char(c);
+        preceded_by_whitespace = matches!(c, ' ' | '\t' | '\0') || is_break(c);
         first = false;
     }
 
@@ -1539,7 +1373,7 @@ impl Emitter {
                 } else if f.is_infinite() {
                     if *f > 0.0 { ".inf" } else { "-.inf" }.to_owned()
                 } else {
-                    format_go_float(*f, FloatFmt::G)
+                    format_g(*f, false)
                 };
                 self.emit_simple_plain(&text);
             }
@@ -1673,7 +1507,7 @@ impl Emitter {
                     self.write(c);
                 }
                 spaces = true;
-            } else if is_break_char(c) {
+            } else if is_break(c) {
                 if !breaks && c == '\n' {
                     self.put_break();
                 }
@@ -1706,7 +1540,7 @@ impl Emitter {
         if !bom_start
             && value
                 .chars()
-                .all(|c| is_printable(c) && !is_break_char(c) && c != '"' && c != '\\')
+                .all(|c| is_printable(c) && !is_break(c) && c != '"' && c != '\\')
             && (!allow_breaks || !value.contains(' ') || self.fits_without_folding(value))
         {
             self.write_run(value);
@@ -1718,7 +1552,7 @@ impl Emitter {
         let bytes = value.as_bytes();
         let mut spaces = false;
         for (i, c) in value.char_indices() {
-            if bom_start || !is_printable(c) || is_break_char(c) || c == '"' || c == '\\' {
+            if bom_start || !is_printable(c) || is_break(c) || c == '"' || c == '\\' {
                 self.put('\\');
                 match c {
                     '\0' => self.put('0'),
@@ -1785,16 +1619,16 @@ impl Emitter {
     fn write_literal(&mut self, value: &str) {
         self.write_indicator("|", true, false, false);
         // Indentation indicator when the text starts with a space or a break.
-        if value.starts_with(|c: char| c == ' ' || is_break_char(c)) {
+        if value.starts_with(|c: char| c == ' ' || is_break(c)) {
             let hint = char::from_digit(BEST_INDENT as u32, 10).unwrap_or('2');
             self.write_indicator(hint.encode_utf8(&mut [0; 4]), false, false, false);
         }
         // Chomping: `-` without a final break, `+` when the text is one break or ends with two.
         let mut rev = value.chars().rev();
         let chomp = match (rev.next(), rev.next()) {
-            (Some(last), _) if !is_break_char(last) => Some("-"),
+            (Some(last), _) if !is_break(last) => Some("-"),
             (Some(_), None) => Some("+"),
-            (Some(_), Some(prev)) if is_break_char(prev) => Some("+"),
+            (Some(_), Some(prev)) if is_break(prev) => Some("+"),
             (None, _) => Some("-"),
             _ => None,
         };
@@ -1807,7 +1641,7 @@ impl Emitter {
         let mut breaks = true;
         let mut rest = value;
         while let Some(c) = rest.chars().next() {
-            if is_break_char(c) {
+            if is_break(c) {
                 self.write_break(c);
                 self.indention = true;
                 breaks = true;
@@ -1817,7 +1651,7 @@ impl Emitter {
                     self.write_indent();
                 }
                 // Literal blocks never fold: the whole line goes out at once.
-                let end = rest.find(is_break_char).unwrap_or(rest.len());
+                let end = rest.find(is_break).unwrap_or(rest.len());
                 self.write_run(&rest[..end]);
                 self.indention = false;
                 breaks = false;
@@ -2103,7 +1937,7 @@ mod tests {
 
     #[test]
     fn go_float_formatting() {
-        let g = |f: f64| format_go_float(f, FloatFmt::G);
+        let g = |f: f64| format_g(f, false);
         assert_eq!(g(1.0), "1");
         assert_eq!(g(1e6), "1e+06");
         assert_eq!(g(123456.7), "123456.7");
@@ -2113,10 +1947,10 @@ mod tests {
         assert_eq!(g(1.5e300), "1.5e+300");
         assert_eq!(g(5e-324), "5e-324");
         assert_eq!(
-            format_go_float(1152921504606846976.0, FloatFmt::F),
+            format_json_float(1152921504606846976.0),
             "1152921504606847000"
         );
-        assert_eq!(format_go_float(1e-7, FloatFmt::E), "1e-07");
+        assert_eq!(g(1e-7), "1e-07");
     }
 
     #[test]

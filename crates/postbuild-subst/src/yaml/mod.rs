@@ -1,7 +1,10 @@
 //! go-yaml v2 compatible YAML around substitution: [`emit`] is `sigs.k8s.io/yaml.JSONToYAML`,
-//! [`parse`] is `sigs.k8s.io/yaml.YAMLToJSON`. Both type plain scalars with the one YAML 1.1
-//! resolver in `resolve`.
+//! [`parse`] is `sigs.k8s.io/yaml.YAMLToJSON`. What both directions share lives beside them:
+//! YAML 1.1 resolution (`resolve`), scalar text rules of the scanner (`scan`) and Go's float
+//! formatting (`gofmt`).
 
 pub mod emit;
+mod gofmt;
 pub mod parse;
 mod resolve;
+mod scan;

@@ -6,13 +6,13 @@
 //! are upstream's, including go-yaml's line numbering rule.
 
 mod decode;
-mod gofmt;
 mod parser;
 mod resolve;
 mod scanner;
 
 use std::collections::BTreeMap;
 
+use super::gofmt;
 use decode::{GoVal, sharp_v};
 
 /// A JSON-able value: what `convertToJSONableObject` returns, before `json.Marshal`.

@@ -3,9 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::gofmt::{format_g, go_quote};
 use super::parser::{EventKind, Parser};
 use super::resolve::{self, BINARY_TAG, MERGE_TAG};
+use crate::yaml::gofmt::{format_g, go_quote};
 use crate::yaml::resolve::Resolved;
 
 /// A decoded Go value (`interface{}` holding one of go-yaml's result types).

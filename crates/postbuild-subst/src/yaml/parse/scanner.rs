@@ -6,6 +6,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::yaml::scan::{Escape, escape, is_break, join_gap};
+
 /// A position in the input. `index` counts characters, like go-yaml.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Mark {
@@ -147,9 +149,6 @@ fn bad_chunk_start(text: &str, chars_start: usize) -> usize {
     usize::MAX
 }
 
-fn is_break(c: char) -> bool {
-    matches!(c, '\r' | '\n' | '\u{85}' | '\u{2028}' | '\u{2029}')
-}
 fn is_breakz(c: char) -> bool {
     is_break(c) || c == '\0'
 }
@@ -1247,32 +1246,16 @@ impl Scanner {
                     leading_blanks = true;
                     break;
                 } else if !single && c == '\\' {
-                    let mut code_length = 0usize;
-                    match self.at(1) {
-                        '0' => s.push('\0'),
-                        'a' => s.push('\x07'),
-                        'b' => s.push('\x08'),
-                        't' | '\t' => s.push('\t'),
-                        'n' => s.push('\n'),
-                        'v' => s.push('\x0B'),
-                        'f' => s.push('\x0C'),
-                        'r' => s.push('\r'),
-                        'e' => s.push('\x1B'),
-                        ' ' => s.push(' '),
-                        '"' => s.push('"'),
-                        '\'' => s.push('\''),
-                        '\\' => s.push('\\'),
-                        'N' => s.push('\u{85}'),
-                        '_' => s.push('\u{A0}'),
-                        'L' => s.push('\u{2028}'),
-                        'P' => s.push('\u{2029}'),
-                        'x' => code_length = 2,
-                        'u' => code_length = 4,
-                        'U' => code_length = 8,
-                        _ => {
+                    let code_length = match escape(self.at(1)) {
+                        Some(Escape::Char(ch)) => {
+                            s.push(ch);
+                            0
+                        }
+                        Some(Escape::Hex(n)) => n,
+                        None => {
                             return self.scanner_error(start, "found unknown escape character");
                         }
-                    }
+                    };
                     self.skip();
                     self.skip();
                     if code_length > 0 {
@@ -1328,23 +1311,13 @@ impl Scanner {
                 }
                 self.need(1)?;
             }
-            if leading_blanks {
-                if leading_break.starts_with('\n') {
-                    if trailing_breaks.is_empty() {
-                        s.push(' ');
-                    } else {
-                        s.push_str(&trailing_breaks);
-                    }
-                } else {
-                    s.push_str(&leading_break);
-                    s.push_str(&trailing_breaks);
-                }
-                trailing_breaks.clear();
-                leading_break.clear();
-            } else {
-                s.push_str(&whitespaces);
-                whitespaces.clear();
-            }
+            join_gap(
+                &mut s,
+                leading_blanks,
+                &mut leading_break,
+                &mut trailing_breaks,
+                &mut whitespaces,
+            );
         }
         self.skip();
         let end = self.mark;
@@ -1389,24 +1362,14 @@ impl Scanner {
                     break;
                 }
                 if leading_blanks || !whitespaces.is_empty() {
-                    if leading_blanks {
-                        if leading_break.starts_with('\n') {
-                            if trailing_breaks.is_empty() {
-                                s.push(' ');
-                            } else {
-                                s.push_str(&trailing_breaks);
-                            }
-                        } else {
-                            s.push_str(&leading_break);
-                            s.push_str(&trailing_breaks);
-                        }
-                        trailing_breaks.clear();
-                        leading_break.clear();
-                        leading_blanks = false;
-                    } else {
-                        s.push_str(&whitespaces);
-                        whitespaces.clear();
-                    }
+                    join_gap(
+                        &mut s,
+                        leading_blanks,
+                        &mut leading_break,
+                        &mut trailing_breaks,
+                        &mut whitespaces,
+                    );
+                    leading_blanks = false;
                 }
                 self.read(&mut s);
                 end = self.mark;

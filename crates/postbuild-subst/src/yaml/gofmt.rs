@@ -1,5 +1,6 @@
-//! Go formatting that leaks into YAMLToJSON output: `strconv.FormatFloat`, `encoding/json`
-//! string escaping and the `%#v` rendering used in error messages.
+//! Go formatting that leaks into the output: `strconv.FormatFloat` and `encoding/json` floats
+//! (both directions: JSONToYAML retypes `json.Marshal`'s float text, YAMLToJSON writes it), and
+//! for YAMLToJSON `encoding/json` string escaping and the `%#v` rendering of error messages.
 
 /// The shortest round-trip decimal digits of a finite, non-zero-or-zero float and its
 /// decimal point position: value = 0.d1d2d3... × 10^dp.
