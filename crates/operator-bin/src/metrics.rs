@@ -50,6 +50,22 @@ pub struct ApplyLabels {
     pub result: String,
 }
 
+/// Labels of a rollout written by the reload controller.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    /// Workload kind (`Deployment`, `StatefulSet`, `DaemonSet`, `CronJob`).
+    pub kind: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Labels of a reload decision.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `none`, `baseline`, `rollout`, `held` (a required config is missing) or `throttled`.
+    pub action: String,
+}
+
 /// Every metric conflux exports.
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -65,6 +81,14 @@ pub struct Metrics {
     pub index_keys: Gauge,
     /// `conflux_copy_applies_total`.
     pub copy_applies: Family<ApplyLabels, Counter>,
+    /// `conflux_reload_rollouts_total`.
+    pub reload_rollouts: Family<RolloutLabels, Counter>,
+    /// `conflux_reload_decisions_total`.
+    pub reload_decisions: Family<DecisionLabels, Counter>,
+    /// `conflux_reload_pending`.
+    pub reload_pending: Gauge,
+    /// `conflux_reload_workloads`.
+    pub reload_workloads: Gauge,
 }
 
 impl Metrics {
@@ -100,6 +124,26 @@ impl Metrics {
             "copy_applies",
             "Copies written (or found in sync, or failed) by the copy and sync controllers",
             self.copy_applies.clone(),
+        );
+        sub.register(
+            "reload_rollouts",
+            "Rollouts written by the reload controller (pod-template hash changed)",
+            self.reload_rollouts.clone(),
+        );
+        sub.register(
+            "reload_decisions",
+            "Reload evaluations by outcome (none, baseline, rollout, held, throttled)",
+            self.reload_decisions.clone(),
+        );
+        sub.register(
+            "reload_pending",
+            "Workloads waiting for evaluation (coalescing window, throttle or retry)",
+            self.reload_pending.clone(),
+        );
+        sub.register(
+            "reload_workloads",
+            "Opted-in workloads in the reload controller's index",
+            self.reload_workloads.clone(),
         );
     }
 }

@@ -12,6 +12,7 @@ use watch_index::trigger::Mode as TriggerMode;
 use crate::controllers::ControllerName;
 use crate::controllers::copy::{self, CopyConfig};
 use crate::controllers::flux_trigger::{self, FluxTriggerConfig};
+use crate::controllers::reload::{self, ReloadConfig};
 use crate::controllers::sync::{self, SyncConfig};
 use crate::metrics::{self, Endpoints, Health, Metrics};
 use crate::telemetry::{self, LogEncoding};
@@ -59,6 +60,25 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "")]
     pub sync_source_namespaces: Vec<String>,
 
+    /// Coalescing window of the reload controller: a ConfigMap/Secret change waits this long for
+    /// others before its workloads are evaluated, so changes made together roll once (`0`, `300ms`,
+    /// `2s`, ...).
+    #[arg(long, default_value = "2s", value_parser = reload::parse_duration)]
+    pub reload_debounce: std::time::Duration,
+
+    /// Rollouts per second the reload controller may start, cluster-wide.
+    #[arg(long, default_value_t = 5.0)]
+    pub reload_rate: f64,
+
+    /// Rollouts the reload controller may start at once before --reload-rate applies.
+    #[arg(long, default_value_t = 10)]
+    pub reload_burst: u32,
+
+    /// Reload every workload for the configs it consumes unless it says
+    /// `reloader.stakater.com/auto: "false"` (Reloader's `--auto-reload-all`).
+    #[arg(long, default_value_t = false)]
+    pub auto_reload_all: bool,
+
     /// Log level: trace, debug, info, error, or a tracing filter such as `conflux=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -105,6 +125,8 @@ pub struct RunPlan {
     pub copy: CopyConfig,
     /// Configuration of the sync controller.
     pub sync: SyncConfig,
+    /// Configuration of the reload controller.
+    pub reload: ReloadConfig,
 }
 
 impl RunArgs {
@@ -147,6 +169,12 @@ impl RunArgs {
         if self.concurrent == 0 {
             bail!("--concurrent must be at least 1");
         }
+        if !(self.reload_rate.is_finite() && self.reload_rate > 0.0) {
+            bail!("--reload-rate must be a positive number of rollouts per second");
+        }
+        if self.reload_burst == 0 {
+            bail!("--reload-burst must be at least 1");
+        }
         metrics::parse_bind_addr("--metrics-addr", &self.metrics_addr)?;
         metrics::parse_bind_addr("--health-addr", &self.health_addr)?;
         let sync_source_namespaces: Vec<String> = self
@@ -165,6 +193,17 @@ impl RunArgs {
                 object_selector: object_selector.clone(),
                 sync_source_namespaces,
                 concurrent: self.concurrent,
+            },
+            reload: ReloadConfig {
+                namespace: namespace.clone(),
+                object_selector: object_selector.clone(),
+                debounce: self.reload_debounce,
+                rate: self.reload_rate,
+                burst: self.reload_burst,
+                concurrent: self.concurrent,
+                options: reloader::opt_in::Options {
+                    auto_reload_all: self.auto_reload_all,
+                },
             },
             flux_trigger: FluxTriggerConfig {
                 config_selector,
@@ -219,6 +258,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let ctx = sync::Context::new(client.clone(), plan.sync.clone(), metrics.clone());
         let health = health.clone();
         tasks.spawn(async move { sync::run(ctx, health).await });
+    }
+
+    if plan.controllers.contains(&ControllerName::Reload) {
+        let ctx = reload::Context::new(client.clone(), plan.reload.clone(), metrics.clone());
+        let health = health.clone();
+        tasks.spawn(async move { reload::run(ctx, health).await });
     }
 
     tokio::select! {

@@ -36,10 +36,22 @@ fn unknown_controller_is_a_usage_error() {
 }
 
 #[test]
-fn controllers_not_built_yet_are_refused() {
-    let (code, stderr) = conflux(&["run"]);
+fn bad_reload_flags_are_refused() {
+    let (code, stderr) = conflux(&["run", "--reload-debounce=soon"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("invalid duration 'soon'"), "{stderr}");
+    let (code, stderr) = conflux(&["run", "--reload-rate=0"]);
     assert_eq!(code, 1, "{stderr}");
-    assert!(stderr.contains("not implemented yet"), "{stderr}");
+    assert!(
+        stderr.contains("--reload-rate must be a positive"),
+        "{stderr}"
+    );
+    let (code, stderr) = conflux(&["run", "--reload-burst=0"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--reload-burst must be at least 1"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 pub mod copy;
 pub mod flux_trigger;
+pub mod reload;
 pub mod sync;
 
 use std::fmt;
@@ -43,7 +44,10 @@ impl ControllerName {
     pub fn is_implemented(self) -> bool {
         matches!(
             self,
-            ControllerName::FluxTrigger | ControllerName::Copy | ControllerName::Sync
+            ControllerName::FluxTrigger
+                | ControllerName::Copy
+                | ControllerName::Sync
+                | ControllerName::Reload
         )
     }
 }

@@ -1,0 +1,290 @@
+//! What the reload end-to-end tests and the latency benchmark share: the controller in-process,
+//! scoped to one namespace, and small writers and readers of Deployments, ReplicaSets and configs.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use conflux_tests::{Cluster, eventually};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::events::v1::Event;
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use operator_bin::controllers::reload::{self, Context, ReloadConfig};
+use operator_bin::metrics::{DecisionLabels, Health, Metrics, RolloutLabels};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// Field manager of the tests' own writes.
+pub const TEST_MANAGER: &str = "conflux-test";
+/// Pod-template annotation conflux sets to roll a workload.
+pub const HASH: &str = "conflux.dev/config-hash";
+/// Workload annotation holding conflux's baseline.
+pub const BASELINE: &str = "conflux.dev/config-hash-baseline";
+/// `reloader.stakater.com/auto: "true"`.
+pub const AUTO: (&str, &str) = ("reloader.stakater.com/auto", "true");
+
+/// An in-process reload controller.
+pub struct Running {
+    /// Its task (abort it to "stop conflux").
+    pub task: JoinHandle<()>,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Running {
+    /// Successful rollouts of Deployments so far.
+    pub fn rollouts(&self) -> u64 {
+        self.metrics
+            .reload_rollouts
+            .get_or_create(&RolloutLabels {
+                kind: "Deployment".into(),
+                result: "success".into(),
+            })
+            .get()
+    }
+
+    /// Evaluations that ended with `action` so far.
+    pub fn decisions(&self, action: &str) -> u64 {
+        self.metrics
+            .reload_decisions
+            .get_or_create(&DecisionLabels {
+                action: action.into(),
+            })
+            .get()
+    }
+
+    /// Every evaluation so far.
+    pub fn evaluations(&self) -> u64 {
+        ["none", "baseline", "rollout", "held", "throttled"]
+            .into_iter()
+            .map(|a| self.decisions(a))
+            .sum()
+    }
+
+    /// Waits until more than `before` evaluations happened (a barrier for "did not roll").
+    pub async fn evaluated_since(&self, before: u64, what: &str) {
+        eventually(what, Duration::from_secs(30), || {
+            let now = self.evaluations();
+            async move { (now > before).then_some(()) }
+        })
+        .await;
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the controller for `ns` with coalescing window `debounce` and waits until it is ready.
+pub async fn start(cluster: &Cluster, ns: &str, debounce: Duration) -> Running {
+    start_with(
+        cluster,
+        ReloadConfig {
+            namespace: Some(ns.to_owned()),
+            debounce,
+            rate: 100.0,
+            burst: 100,
+            ..ReloadConfig::default()
+        },
+    )
+    .await
+}
+
+/// Starts the controller with `config` and waits until it is ready.
+pub async fn start_with(cluster: &Cluster, config: ReloadConfig) -> Running {
+    let client = cluster.client().await;
+    let metrics = Arc::new(Metrics::default());
+    let health = Arc::new(Health::default());
+    let ctx = Context::new(client, config, metrics.clone());
+    let task = {
+        let health = health.clone();
+        tokio::spawn(async move {
+            if let Err(err) = reload::run(ctx, health).await {
+                panic!("reload failed: {err:#}");
+            }
+        })
+    };
+    eventually("reload ready", Duration::from_secs(60), || {
+        let ready = health.is_ready();
+        async move { ready.then_some(()) }
+    })
+    .await;
+    Running { task, metrics }
+}
+
+/// A Deployment manifest (selector `app: <name>`) with workload `annotations` and `pod_spec`.
+pub fn deployment(name: &str, annotations: Value, pod_spec: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+        },
+    })
+}
+
+/// A pod spec with one container and `extra` merged into the container.
+pub fn container(extra: Value) -> Value {
+    let mut c = json!({"name": "app", "image": "registry.invalid/app:1"});
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+        c.extend(extra.clone());
+    }
+    json!({"containers": [c]})
+}
+
+/// Server-side applies a manifest as `manager`, forced.
+pub async fn apply_as(client: &Client, ns: &str, manager: &str, manifest: &Value) {
+    let name = manifest["metadata"]["name"].as_str().unwrap_or_default();
+    let params = PatchParams::apply(manager).force();
+    match manifest["kind"].as_str() {
+        Some("Deployment") => Api::<Deployment>::namespaced(client.clone(), ns)
+            .patch(name, &params, &Patch::Apply(manifest))
+            .await
+            .map(drop),
+        Some("ConfigMap") => Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .patch(name, &params, &Patch::Apply(manifest))
+            .await
+            .map(drop),
+        Some("Secret") => Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(name, &params, &Patch::Apply(manifest))
+            .await
+            .map(drop),
+        other => panic!("apply_as: unexpected kind {other:?}"),
+    }
+    .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+}
+
+/// Applies a Deployment as the test manager and waits for its first ReplicaSet.
+pub async fn create_deployment(client: &Client, ns: &str, manifest: &Value) {
+    apply_as(client, ns, TEST_MANAGER, manifest).await;
+    let name = manifest["metadata"]["name"].as_str().unwrap_or_default();
+    wait_replica_sets(client, ns, name, 1).await;
+}
+
+/// Applies a ConfigMap with `data` and `annotations`.
+pub async fn apply_cm(client: &Client, ns: &str, name: &str, data: Value, annotations: Value) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "annotations": annotations}, "data": data});
+    apply_as(client, ns, TEST_MANAGER, &cm).await;
+}
+
+/// Applies a Secret with `string_data`.
+pub async fn apply_secret(client: &Client, ns: &str, name: &str, string_data: Value) {
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": name}, "stringData": string_data});
+    apply_as(client, ns, TEST_MANAGER, &secret).await;
+}
+
+/// Deletes a ConfigMap.
+pub async fn delete_cm(client: &Client, ns: &str, name: &str) {
+    Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete ConfigMap {name}: {e}"));
+}
+
+/// The Deployment as stored.
+pub async fn get_deployment(client: &Client, ns: &str, name: &str) -> Deployment {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get Deployment {name}: {e}"))
+}
+
+/// The pod-template hash annotation conflux set, if any.
+pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<String> {
+    get_deployment(client, ns, name)
+        .await
+        .spec
+        .template
+        .metadata?
+        .annotations?
+        .get(HASH)
+        .cloned()
+}
+
+/// The baseline annotation conflux recorded, if any.
+pub async fn baseline(client: &Client, ns: &str, name: &str) -> Option<String> {
+    get_deployment(client, ns, name)
+        .await
+        .metadata
+        .annotations?
+        .get(BASELINE)
+        .cloned()
+}
+
+/// Waits until conflux recorded a baseline on the Deployment.
+pub async fn wait_baseline(client: &Client, ns: &str, name: &str) -> String {
+    eventually(
+        &format!("baseline on {name}"),
+        Duration::from_secs(30),
+        || async { baseline(client, ns, name).await },
+    )
+    .await
+}
+
+/// ReplicaSets owned by the Deployment `name`.
+pub async fn replica_sets(client: &Client, ns: &str, name: &str) -> usize {
+    Api::<ReplicaSet>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("app={name}")))
+        .await
+        .unwrap_or_else(|e| panic!("list ReplicaSets: {e}"))
+        .items
+        .iter()
+        .filter(|rs| {
+            rs.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "Deployment" && o.name == name)
+        })
+        .count()
+}
+
+/// Waits until the Deployment `name` has exactly `n` ReplicaSets.
+pub async fn wait_replica_sets(client: &Client, ns: &str, name: &str, n: usize) {
+    eventually(
+        &format!("{n} ReplicaSet(s) of {name}"),
+        Duration::from_secs(30),
+        || async { (replica_sets(client, ns, name).await == n).then_some(()) },
+    )
+    .await;
+}
+
+/// Waits until the template hash of `name` differs from `before` and returns it.
+pub async fn wait_rolled(client: &Client, ns: &str, name: &str, before: Option<&str>) -> String {
+    eventually(
+        &format!("rollout of {name}"),
+        Duration::from_secs(30),
+        || async {
+            template_hash(client, ns, name)
+                .await
+                .filter(|h| Some(h.as_str()) != before)
+        },
+    )
+    .await
+}
+
+/// Events with `reason` about the object `name`, as (type, note).
+pub async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<(String, String)> {
+    Api::<Event>::namespaced(client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("list Events: {e}"))
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
