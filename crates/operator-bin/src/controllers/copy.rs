@@ -564,3 +564,36 @@ pub(crate) async fn publish(
         debug!(error = %err, "cannot publish event");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_object_up_to_five_minutes_and_resets_on_success() {
+        let backoff = Backoff::default();
+        let delays: Vec<u64> = (0..12)
+            .map(|_| backoff.next("ConfigMap/a/b".to_owned()).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(
+            backoff.next("Secret/a/b".to_owned()).as_secs(),
+            1,
+            "per object"
+        );
+        backoff.reset("ConfigMap/a/b");
+        assert_eq!(backoff.next("ConfigMap/a/b".to_owned()).as_secs(), 1);
+    }
+
+    #[test]
+    fn conflicts_are_told_apart_from_other_api_errors() {
+        let status = |code| {
+            kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..kube::core::Status::default()
+            }))
+        };
+        assert_eq!(api_reason(&status(409)), "Conflict");
+        assert_eq!(api_reason(&status(500)), "ApiError");
+    }
+}

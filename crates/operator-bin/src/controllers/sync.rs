@@ -674,3 +674,105 @@ async fn release_kopy(
     info!(source = %source_ref, "sync: kopy annotation removed, copies released");
     Ok(Action::await_change())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event as WatchEvent;
+
+    fn store(syncs: &[(&str, serde_json::Value)]) -> Store<ConfigSync> {
+        let (reader, mut writer) = reflector::store();
+        for (name, spec) in syncs {
+            let cs: ConfigSync = serde_json::from_value(serde_json::json!({
+                "apiVersion": "conflux.dev/v1alpha1", "kind": "ConfigSync",
+                "metadata": {"name": name}, "spec": spec,
+            }))
+            .expect("ConfigSync");
+            writer.apply_watcher_event(&WatchEvent::Apply(cs));
+        }
+        reader
+    }
+
+    fn meta(ns: &str, name: &str, labels: &[(&str, &str)]) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            namespace: Some(ns.to_owned()),
+            name: Some(name.to_owned()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+            ..kube::api::ObjectMeta::default()
+        }
+    }
+
+    /// An event on a ConfigMap/Secret wakes the ConfigSyncs it is the source of, a copy of, or
+    /// named like a copy of; nothing else.
+    #[test]
+    fn events_map_to_the_config_syncs_they_concern() {
+        let store = store(&[
+            (
+                "auth",
+                serde_json::json!({"source": {"kind": "Secret", "namespace": "flux-system", "name": "ghcr"}}),
+            ),
+            (
+                "info",
+                serde_json::json!({
+                    "source": {"kind": "ConfigMap", "namespace": "platform", "name": "info"},
+                    "target": {"name": "cluster-info"},
+                }),
+            ),
+        ]);
+        let woken = |kind, m: kube::api::ObjectMeta| -> Vec<String> {
+            let mut names: Vec<String> = syncs_concerned(&store, kind, &m)
+                .into_iter()
+                .map(|r| r.name)
+                .collect();
+            names.sort();
+            names
+        };
+        let cases: [(&str, SourceKind, kube::api::ObjectMeta, &[&str]); 6] = [
+            (
+                "the source",
+                SourceKind::Secret,
+                meta("flux-system", "ghcr", &[]),
+                &["auth"],
+            ),
+            (
+                "same name, other kind",
+                SourceKind::ConfigMap,
+                meta("flux-system", "ghcr", &[]),
+                &[],
+            ),
+            (
+                "a copy, by target name",
+                SourceKind::ConfigMap,
+                meta("team-a", "cluster-info", &[]),
+                &["info"],
+            ),
+            (
+                "a renamed copy, by owner label",
+                SourceKind::ConfigMap,
+                meta("team-a", "old", &[(CONFIG_SYNC_LABEL, "info")]),
+                &["info"],
+            ),
+            (
+                "a same-name object in any namespace",
+                SourceKind::Secret,
+                meta("team-b", "ghcr", &[]),
+                &["auth"],
+            ),
+            (
+                "unrelated",
+                SourceKind::Secret,
+                meta("team-a", "other", &[]),
+                &[],
+            ),
+        ];
+        for (case, kind, m, want) in cases {
+            assert_eq!(woken(kind, m), want, "{case}");
+        }
+    }
+}
