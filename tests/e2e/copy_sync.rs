@@ -1058,4 +1058,22 @@ async fn kopy_annotation_syncs_from_trusted_namespaces_and_is_refused_elsewhere(
             "an untrusted source plants nothing"
         );
     }
+
+    // The trusted source is deleted: its copies stay, marked orphaned.
+    Api::<ConfigMap>::namespaced(client.clone(), &trusted)
+        .delete("shared", &DeleteParams::default())
+        .await
+        .expect("delete kopy source");
+    for ns in &targets {
+        let copy = eventually(
+            &format!("the copy in {ns} is marked orphaned"),
+            WAIT,
+            || async {
+                let cm = copy_in(&client, ns, "shared").await?;
+                (annotation(&cm.metadata, ORPHANED) == Some("true")).then_some(cm)
+            },
+        )
+        .await;
+        assert_eq!(cm_data(&copy), strings(&[("k", "v")]), "kept with its data");
+    }
 }

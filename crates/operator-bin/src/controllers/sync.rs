@@ -529,24 +529,95 @@ async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
             move |_ns| kopy_sources(&store, &trusted),
         )
         .watches(
-            Api::<PartialObjectMeta<K>>::all(client),
+            Api::<PartialObjectMeta<K>>::all(client.clone()),
             watcher::Config::default().labels(&format!(
                 "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_NAME_LABEL}"
             )),
             move |meta| kopy_owner_of(&owners_ctx, kind, &meta.metadata),
+        )
+        // Deletions of kopy sources: the primary watch only reports live objects, this one also
+        // deleted ones, which the controller answers with `ObjectNotFound` (handled below).
+        .watches(
+            Api::<PartialObjectMeta<K>>::all(client),
+            sharded(&ctx.config.object_selector),
+            |meta| {
+                kopy_annotation(meta.metadata.annotations.as_ref())
+                    .then(|| KubeObjectRef::from_obj(&meta))
+            },
         );
+    let orphan_ctx = ctx.clone();
     controller
         .run(
             move |obj, ctx| reconcile_kopy(obj, ctx, kind),
             move |obj, err, ctx| kopy_error_policy(obj, err, ctx, kind),
             ctx,
         )
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                debug!(error = %err, "sync: kopy controller event");
+        .for_each(|result| {
+            let ctx = orphan_ctx.clone();
+            async move {
+                match result {
+                    // A kopy source (or the owner named by a copy) that no longer exists.
+                    Err(controller::Error::ObjectNotFound(gone)) => {
+                        let source = SourceRef::new(
+                            kind,
+                            gone.namespace.clone().unwrap_or_default(),
+                            gone.name.clone(),
+                        );
+                        tokio::spawn(async move { orphan_kopy_copies(&ctx, source).await });
+                    }
+                    Err(err) => debug!(error = %err, "sync: kopy controller event"),
+                    Ok(_) => {}
+                }
             }
         })
         .await;
+}
+
+/// A kopy source is gone: its copies are kept (workloads keep running) and marked orphaned, and
+/// an Event says so.
+async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
+    let result: Result<usize, CopyError> = async {
+        if get_object(&ctx.client, source.kind, &source.namespace, &source.name)
+            .await?
+            .is_some()
+        {
+            return Ok(0);
+        }
+        let fan_out = FanOut::kopy(&source, Selector::nothing());
+        let observed = list_objects(&ctx.client, source.kind, &owner_list(&fan_out)).await?;
+        let steps = plan_sync(&fan_out, None, std::iter::empty(), &observed);
+        let count = steps.len();
+        if count > 0 {
+            let reference = ObjectReference {
+                api_version: Some("v1".to_owned()),
+                kind: Some(source.kind.as_str().to_owned()),
+                namespace: Some(source.namespace.clone()),
+                name: Some(source.name.clone()),
+                ..ObjectReference::default()
+            };
+            execute(ctx, source.kind, &reference, steps, None).await;
+            publish(
+                &ctx.recorder,
+                &reference,
+                EventType::Warning,
+                copy_core::status::REASON_SOURCE_NOT_FOUND,
+                format!("{source} was deleted; its {count} copies are kept and marked orphaned"),
+                "Sync",
+            )
+            .await;
+        }
+        Ok(count)
+    }
+    .await;
+    match result {
+        Ok(0) => {}
+        Ok(count) => {
+            info!(source = %source, copies = count, "sync: kopy source deleted, copies marked orphaned")
+        }
+        Err(err) => {
+            warn!(source = %source, error = %err, "sync: cannot mark the copies of a deleted kopy source")
+        }
+    }
 }
 
 fn kopy_annotation(annotations: Option<&BTreeMap<String, String>>) -> bool {
