@@ -467,6 +467,9 @@ async fn source_created_or_updated_gives_every_selected_namespace_an_identical_c
         "the finalizer is on the ConfigSync"
     );
 
+    let note = expect_event(&client, "default", "ConfigSync", &name, "Synced").await;
+    assert!(note.starts_with("copies written: create"), "{note}");
+
     // Update the source: every copy follows.
     apply(
         &client,

@@ -418,7 +418,7 @@ async fn execute(
         .buffer_unordered(ctx.config.concurrent.max(1))
         .collect()
         .await;
-    let mut written = 0usize;
+    let mut written: BTreeMap<&'static str, usize> = BTreeMap::new();
     for (step, result) in results {
         let label = match (&step, &result) {
             (_, Err(err)) => err.reason(),
@@ -451,12 +451,26 @@ async fn execute(
             )
             .await;
         } else if !step.is_noop() {
-            written += 1;
+            *written.entry(label).or_default() += 1;
         }
         outcome.record(&step, result.map_err(|e| e.to_string()));
     }
-    if written > 0 {
-        debug!(written, "sync: copies written");
+    if !written.is_empty() {
+        let summary: Vec<String> = written
+            .iter()
+            .map(|(what, n)| format!("{what} {n}"))
+            .collect();
+        let summary = summary.join(", ");
+        info!(object = ?reference.name, writes = %summary, "sync: copies written");
+        publish(
+            &ctx.recorder,
+            reference,
+            EventType::Normal,
+            "Synced",
+            format!("copies written: {summary}"),
+            "Sync",
+        )
+        .await;
     }
     outcome
 }
