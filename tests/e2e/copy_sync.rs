@@ -142,7 +142,10 @@ async fn copy_from_copies_data_binary_data_and_secret_type_but_no_source_metadat
         secret_data(&copy) == bytes(&[("password", "fake-password"), ("username", "fake-user")]),
         "the copy holds exactly the source's Secret data"
     );
-    assert_eq!(copy.string_data, None);
+    assert!(
+        copy.string_data.is_none(),
+        "data is copied as data, never stringData"
+    );
     assert_ne!(
         copy.metadata.uid, opaque_uid,
         "type is immutable: the copy was re-created"

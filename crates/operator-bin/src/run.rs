@@ -38,7 +38,8 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "upstream")]
     pub trigger_mode: TriggerModeArg,
 
-    /// Only Flux objects matching this label selector are handled (sharding, as in Flux).
+    /// Only objects matching this label selector are handled (sharding, as in Flux): Flux objects,
+    /// copy targets, ConfigSyncs and kopy sources.
     #[arg(long, default_value = "")]
     pub watch_label_selector: String,
 
