@@ -232,7 +232,22 @@ async fn apply_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
     let name = cs.name_any();
     let reference = config_sync_reference(cs);
     let outcome = match FanOut::from_config_sync(&name, &cs.spec) {
-        Ok(fan_out) => fan_out_once(ctx, &fan_out, &reference).await?,
+        Ok(fan_out) => match fan_out_once(ctx, &fan_out, &reference).await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                // Reading the cluster failed: nothing was decided; say so and retry with backoff.
+                publish(
+                    &ctx.recorder,
+                    &reference,
+                    EventType::Warning,
+                    err.reason(),
+                    err.to_string(),
+                    "Sync",
+                )
+                .await;
+                return Err(err.into());
+            }
+        },
         Err(problem) => SyncOutcome::failed_with(problem),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
