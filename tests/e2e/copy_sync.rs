@@ -326,6 +326,52 @@ async fn malformed_copy_from_is_reported_with_flux_operators_message() {
     );
 }
 
+#[tokio::test]
+async fn watching_one_namespace_copies_only_targets_in_it() {
+    let (client, shard) = setup("pull-scoped").await;
+    let c = cluster();
+    let src = namespace(c, &client, "scoped-src", &[]).await;
+    let inside = namespace(c, &client, "scoped-in", &[]).await;
+    let outside = namespace(c, &client, "scoped-out", &[]).await;
+    let _operator = Operator::start_in(c, &shard, &[], 4, Some(&inside)).await;
+    apply(
+        &client,
+        &src,
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "annotations": {ALLOWED: "*"}}, "data": {"k": "v"},
+        }),
+    )
+    .await;
+    apply(
+        &client,
+        &outside,
+        target("ConfigMap", "cfg", &format!("{src}/cfg"), &shard),
+    )
+    .await;
+    apply(
+        &client,
+        &inside,
+        target("ConfigMap", "cfg", &format!("{src}/cfg"), &shard),
+    )
+    .await;
+    eventually(
+        "the target in the watched namespace is copied",
+        WAIT,
+        || async {
+            let cm = config_map(&client, &inside, "cfg").await?;
+            (cm_data(&cm) == strings(&[("k", "v")])).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let untouched = config_map(&client, &outside, "cfg").await.expect("target");
+    assert!(
+        cm_data(&untouched).is_empty(),
+        "targets elsewhere are not handled"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fan-out (ConfigSync), one test per row of DESIGN.md 4.2
 

@@ -189,11 +189,13 @@ impl RunArgs {
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
                 concurrent: self.concurrent,
+                namespace: namespace.clone(),
             },
             sync: SyncConfig {
                 object_selector: object_selector.clone(),
                 sync_source_namespaces,
                 concurrent: self.concurrent,
+                namespace: namespace.clone(),
             },
             reload: ReloadConfig {
                 namespace: namespace.clone(),

@@ -89,6 +89,18 @@ impl Operator {
         trusted: &[&str],
         concurrent: usize,
     ) -> Self {
+        Self::start_in(cluster, shard, trusted, concurrent, None).await
+    }
+
+    /// The same, handling copy targets and kopy sources in `namespace` only (as with
+    /// `--watch-all-namespaces=false`).
+    pub async fn start_in(
+        cluster: &Cluster,
+        shard: &str,
+        trusted: &[&str],
+        concurrent: usize,
+        namespace: Option<&str>,
+    ) -> Self {
         let client = cluster.client().await;
         let selector = Selector::parse(&format!("{SHARD}={shard}")).expect("shard selector");
         let metrics = Arc::new(Metrics::default());
@@ -98,6 +110,7 @@ impl Operator {
             CopyConfig {
                 object_selector: selector.clone(),
                 concurrent,
+                namespace: namespace.map(str::to_owned),
             },
             metrics.clone(),
         );
@@ -107,6 +120,7 @@ impl Operator {
                 object_selector: selector,
                 sync_source_namespaces: trusted.iter().map(|s| (*s).to_owned()).collect(),
                 concurrent,
+                namespace: namespace.map(str::to_owned),
             },
             metrics,
         );

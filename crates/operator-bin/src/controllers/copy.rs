@@ -51,6 +51,9 @@ pub struct CopyConfig {
     pub object_selector: Selector,
     /// `--concurrent`: targets reconciled in parallel.
     pub concurrent: usize,
+    /// Only copy targets in this namespace (`--watch-all-namespaces=false`), or in all when
+    /// `None`. Sources may be anywhere.
+    pub namespace: Option<String>,
 }
 
 /// Errors of one reconcile. Messages never contain data.
@@ -205,7 +208,10 @@ pub(crate) fn sharded(selector: &Selector) -> watcher::Config {
 }
 
 async fn run_kind<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind, health: Arc<Health>) {
-    let targets: Api<PartialObjectMeta<K>> = Api::all(ctx.client.clone());
+    let targets: Api<PartialObjectMeta<K>> = match &ctx.config.namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
     let sources: Api<PartialObjectMeta<K>> = Api::all(ctx.client.clone());
     let mapper_ctx = ctx.clone();
     let controller = Controller::new(targets, sharded(&ctx.config.object_selector))
@@ -274,7 +280,12 @@ fn copies_of<K: ConfigResource>(
     });
     let mut index = ctx.index.write().unwrap_or_else(|p| p.into_inner());
     let deleted = meta.metadata.deletion_timestamp.is_some();
-    let is_target = ctx.config.object_selector.matches(&meta.metadata.labels);
+    let is_target = ctx.config.object_selector.matches(&meta.metadata.labels)
+        && ctx
+            .config
+            .namespace
+            .as_ref()
+            .is_none_or(|ns| *ns == namespace);
     match ctx.refs.extract(&value) {
         Some(referrer) if is_target && !deleted => index.apply(referrer),
         _ => {

@@ -63,6 +63,9 @@ pub struct SyncConfig {
     pub sync_source_namespaces: Vec<String>,
     /// `--concurrent`: ConfigSyncs reconciled, and copies written per ConfigSync, in parallel.
     pub concurrent: usize,
+    /// Only kopy sources in this namespace (`--watch-all-namespaces=false`), or in all when `None`.
+    /// ConfigSyncs are cluster-scoped and always handled.
+    pub namespace: Option<String>,
 }
 
 /// Errors of one reconcile. Messages never contain data.
@@ -543,11 +546,12 @@ async fn execute_step(
 
 async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
     let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<PartialObjectMeta<K>>::all(client.clone()),
-        sharded(&ctx.config.object_selector),
-    )
-    .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
+    let sources: Api<PartialObjectMeta<K>> = match &ctx.config.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(sources.clone(), sharded(&ctx.config.object_selector))
+        .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
     let store = controller.store();
     let trusted = ctx.config.sync_source_namespaces.clone();
     let owners_ctx = ctx.clone();
@@ -566,14 +570,10 @@ async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
         )
         // Deletions of kopy sources: the primary watch only reports live objects, this one also
         // deleted ones, which the controller answers with `ObjectNotFound` (handled below).
-        .watches(
-            Api::<PartialObjectMeta<K>>::all(client),
-            sharded(&ctx.config.object_selector),
-            |meta| {
-                kopy_annotation(meta.metadata.annotations.as_ref())
-                    .then(|| KubeObjectRef::from_obj(&meta))
-            },
-        );
+        .watches(sources, sharded(&ctx.config.object_selector), |meta| {
+            kopy_annotation(meta.metadata.annotations.as_ref())
+                .then(|| KubeObjectRef::from_obj(&meta))
+        });
     let orphan_ctx = ctx.clone();
     controller
         .run(
