@@ -62,7 +62,8 @@ pub struct RolloutLabels {
 /// Labels of a reload decision.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct DecisionLabels {
-    /// `none`, `baseline`, `rollout`, `held` (a required config is missing) or `throttled`.
+    /// `none`, `baseline`, `rollout`, `held` (a required config is missing), `throttled` or
+    /// `deferred` (a change found through a workload event waits one coalescing window).
     pub action: String,
 }
 
@@ -132,7 +133,7 @@ impl Metrics {
         );
         sub.register(
             "reload_decisions",
-            "Reload evaluations by outcome (none, baseline, rollout, held, throttled)",
+            "Reload evaluations by outcome (none, baseline, rollout, held, throttled, deferred)",
             self.reload_decisions.clone(),
         );
         sub.register(

@@ -59,10 +59,17 @@ impl Running {
 
     /// Every evaluation so far.
     pub fn evaluations(&self) -> u64 {
-        ["none", "baseline", "rollout", "held", "throttled"]
-            .into_iter()
-            .map(|a| self.decisions(a))
-            .sum()
+        [
+            "none",
+            "baseline",
+            "rollout",
+            "held",
+            "throttled",
+            "deferred",
+        ]
+        .into_iter()
+        .map(|a| self.decisions(a))
+        .sum()
     }
 
     /// Waits until more than `before` evaluations happened (a barrier for "did not roll").

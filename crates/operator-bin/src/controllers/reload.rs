@@ -12,7 +12,9 @@
 //! - A config event schedules the workloads [`ConsumerIndex::lookup`] returns for evaluation after
 //!   the coalescing window (`--reload-debounce`); further events within the window join the same
 //!   evaluation, so several configs changed together roll once. A workload event (added, or
-//!   changed in what the decision reads) is evaluated right away.
+//!   changed in what the decision reads) is evaluated right away; a content change found that
+//!   way (a config changed while conflux was down, or an evaluation racing a config write) waits
+//!   one window as well before it rolls.
 //! - Evaluation hashes what the workload reads and asks [`decide`]. Baselines (first sight,
 //!   restarts, membership changes) and rollouts are one server-side apply each, field manager
 //!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket (`--reload-rate`,
@@ -199,6 +201,10 @@ struct Pending {
     due: Instant,
     /// The configs whose events scheduled it (for the Event note; names only).
     causes: BTreeSet<(ConfigKind, String)>,
+    /// Whether a rollout may happen at evaluation: the change was first noticed at least one
+    /// coalescing window before `due`. A workload event (added, updated) alone is evaluated at
+    /// once, and a content change found then waits one window, like a config event.
+    window_passed: bool,
 }
 
 /// The controller's caches. Critical sections are short and never await.
@@ -234,14 +240,45 @@ impl State {
             .as_ref()
     }
 
-    /// Schedules `object` for evaluation at `due`, unless it is already waiting (the first
-    /// schedule decides the time, so a stream of events cannot postpone a rollout forever).
+    /// Schedules `object` for evaluation at `due`. The first config event decides the time, so a
+    /// stream of events cannot postpone a rollout forever; a config event joining an entry that
+    /// only a workload event made (due now) still gets its coalescing window.
     fn schedule(&mut self, object: ObjectRef, due: Instant, cause: Option<(ConfigKind, String)>) {
+        match self.pending.entry(object) {
+            std::collections::hash_map::Entry::Occupied(mut entry) => {
+                let pending = entry.get_mut();
+                if cause.is_some() && !pending.window_passed {
+                    pending.due = pending.due.max(due);
+                    pending.window_passed = true;
+                }
+                pending.causes.extend(cause);
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(Pending {
+                    due,
+                    window_passed: cause.is_some(),
+                    causes: cause.into_iter().collect(),
+                });
+            }
+        }
+    }
+
+    /// Schedules `object` again at `due` after an evaluation (deferred, throttled or failed),
+    /// keeping the causes; its coalescing window has passed by then. An entry made meanwhile by
+    /// a new event keeps its time.
+    fn reschedule(
+        &mut self,
+        object: ObjectRef,
+        due: Instant,
+        causes: &BTreeSet<(ConfigKind, String)>,
+    ) {
         let entry = self.pending.entry(object).or_insert_with(|| Pending {
             due,
             causes: BTreeSet::new(),
+            window_passed: true,
         });
-        entry.causes.extend(cause);
+        entry.window_passed = true;
+        entry.causes.extend(causes.iter().cloned());
     }
 }
 
@@ -764,6 +801,7 @@ struct Plan {
     workload: Arc<Owned>,
     watched: Vec<Consumption>,
     causes: BTreeSet<(ConfigKind, String)>,
+    window_passed: bool,
 }
 
 /// A fetched config, kept only while its batch is hashed.
@@ -812,6 +850,7 @@ async fn evaluate(ctx: &Arc<Context>, due: Vec<(ObjectRef, Pending)>) {
                     workload,
                     watched,
                     causes: pending.causes,
+                    window_passed: pending.window_passed,
                 })
             })
             .collect()
@@ -908,6 +947,17 @@ async fn decide_and_act(
                 Err(err) => fail(ctx, &plan, err).await,
             }
         }
+        Action::Rollout(_) if !plan.window_passed && !ctx.config.debounce.is_zero() => {
+            // Found through a workload event: the config change behind it gets its window too,
+            // so changes made together still roll once.
+            ctx.count("deferred");
+            let mut state = ctx.state();
+            let due = Instant::now() + ctx.config.debounce;
+            state.reschedule(plan.object.clone(), due, &plan.causes);
+            ctx.update_gauges(&state);
+            drop(state);
+            ctx.wake.notify_one();
+        }
         Action::Rollout(patch) => {
             let throttled = ctx
                 .bucket
@@ -918,11 +968,7 @@ async fn decide_and_act(
                 ctx.count("throttled");
                 debug!(workload = %plan.object, ?wait, "reload: rollout throttled");
                 let mut state = ctx.state();
-                let due = Instant::now() + wait;
-                for cause in plan.causes {
-                    state.schedule(plan.object.clone(), due, Some(cause));
-                }
-                state.schedule(plan.object.clone(), due, None);
+                state.reschedule(plan.object.clone(), Instant::now() + wait, &plan.causes);
                 ctx.update_gauges(&state);
                 drop(state);
                 ctx.wake.notify_one();
@@ -1019,11 +1065,7 @@ async fn fail(ctx: &Context, plan: &Plan, err: String) {
         let delay = BASE_BACKOFF
             .saturating_mul(1u32 << (*n - 1).min(16))
             .min(MAX_BACKOFF);
-        let due = Instant::now() + delay;
-        for cause in &plan.causes {
-            state.schedule(plan.object.clone(), due, Some(cause.clone()));
-        }
-        state.schedule(plan.object.clone(), due, None);
+        state.reschedule(plan.object.clone(), Instant::now() + delay, &plan.causes);
         ctx.update_gauges(&state);
         delay
     };
@@ -1142,5 +1184,17 @@ mod tests {
         let pending = &state.pending[&object];
         assert_eq!(pending.due, t0);
         assert_eq!(pending.causes.len(), 2);
+        // A workload event (no cause, due now) does not pull a config event's window in...
+        state.schedule(object.clone(), t0 - Duration::from_secs(1), None);
+        assert_eq!(state.pending[&object].due, t0);
+        // ...and a config event joining a workload event's entry gets its window.
+        let other = ObjectRef::new("apps", "Deployment", "ns", "api");
+        state.schedule(other.clone(), t0, None);
+        state.schedule(
+            other.clone(),
+            t0 + Duration::from_secs(2),
+            Some((ConfigKind::ConfigMap, "a".into())),
+        );
+        assert_eq!(state.pending[&other].due, t0 + Duration::from_secs(2));
     }
 }
