@@ -580,3 +580,97 @@ async fn rollouts_are_rate_limited_cluster_wide() {
     assert!(conflux.decisions("throttled") >= 2);
     assert_eq!(conflux.rollouts(), 3);
 }
+
+/// Applies a Role for the reload controller in `ns`, bound to `user`; `patch` says whether it may
+/// write workloads.
+async fn grant(client: &kube::Client, ns: &str, user: &str, patch: bool) {
+    let workload_verbs = if patch {
+        json!(["get", "list", "watch", "patch"])
+    } else {
+        json!(["get", "list", "watch"])
+    };
+    let role = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "reload", "namespace": ns},
+        "rules": [
+            {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets"], "verbs": workload_verbs},
+            {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        ],
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "reload", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reload"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    });
+    let params = PatchParams::apply(TEST_MANAGER).force();
+    Api::<k8s_openapi::api::rbac::v1::Role>::namespaced(client.clone(), ns)
+        .patch("reload", &params, &Patch::Apply(&role))
+        .await
+        .expect("apply Role");
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(client.clone(), ns)
+        .patch("reload", &params, &Patch::Apply(&binding))
+        .await
+        .expect("apply RoleBinding");
+}
+
+#[tokio::test]
+async fn failed_rollouts_are_reported_and_retried() {
+    let cluster = cluster();
+    let client = cluster.client().await;
+    let ns = cluster.namespace(&client, "reload-retry").await;
+    apply_cm(&client, &ns, "cfg", json!({"v": "1"}), json!({})).await;
+    let spec = container(json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]}));
+    create_deployment(
+        &client,
+        &ns,
+        &deployment("web", json!({AUTO.0: AUTO.1}), spec),
+    )
+    .await;
+    grant(&client, &ns, "alice", true).await;
+    let conflux = start_as(
+        cluster.client_as("alice").await,
+        operator_bin::controllers::reload::ReloadConfig {
+            namespace: Some(ns.clone()),
+            debounce: WINDOW,
+            ..Default::default()
+        },
+    )
+    .await;
+    wait_baseline(&client, &ns, "web").await;
+
+    // Writes to workloads are forbidden for a while: the rollout fails, is reported, retried.
+    grant(&client, &ns, "alice", false).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    apply_cm(&client, &ns, "cfg", json!({"v": "2"}), json!({})).await;
+    let failed = eventually("ReloadFailed event", Duration::from_secs(30), || async {
+        events(&client, &ns, "web", "ReloadFailed").await.pop()
+    })
+    .await;
+    assert_eq!(failed.0, "Warning");
+    assert!(failed.1.contains("retrying"), "{failed:?}");
+    assert_eq!(template_hash(&client, &ns, "web").await, None);
+    let errors = || {
+        conflux
+            .metrics
+            .reload_rollouts
+            .get_or_create(&operator_bin::metrics::RolloutLabels {
+                kind: "Deployment".into(),
+                result: "error".into(),
+            })
+            .get()
+    };
+    eventually("a retry", Duration::from_secs(30), || {
+        let n = errors();
+        async move { (n >= 2).then_some(()) }
+    })
+    .await;
+
+    // Allowed again: the next retry rolls, once.
+    grant(&client, &ns, "alice", true).await;
+    wait_rolled(&client, &ns, "web", None).await;
+    wait_replica_sets(&client, &ns, "web", 2).await;
+    assert_eq!(conflux.rollouts(), 1);
+}

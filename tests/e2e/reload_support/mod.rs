@@ -105,7 +105,12 @@ pub async fn start(cluster: &Cluster, ns: &str, debounce: Duration) -> Running {
 
 /// Starts the controller with `config` and waits until it is ready.
 pub async fn start_with(cluster: &Cluster, config: ReloadConfig) -> Running {
-    let client = cluster.client().await;
+    start_as(cluster.client().await, config).await
+}
+
+/// Starts the controller with `client` (e.g. a user with few permissions) and waits until it is
+/// ready.
+pub async fn start_as(client: Client, config: ReloadConfig) -> Running {
     let metrics = Arc::new(Metrics::default());
     let health = Arc::new(Health::default());
     let ctx = Context::new(client, config, metrics.clone());
