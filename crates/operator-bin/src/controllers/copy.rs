@@ -25,20 +25,19 @@ use copy_core::desired::{WriteMode, pull_copy};
 use copy_core::ownership::FIELD_MANAGER;
 use copy_core::{ConfigObject, SourceKind, SourceRef};
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tracing::{debug, info, warn};
 use watch_index::index::ReverseIndex;
 use watch_index::refs::{ObjectRef, ReferenceSet};
 use watch_index::selector::Selector;
 
+use super::common::{ConfigResource, concurrency, publish, recorder, sharded};
 use crate::metrics::{ApplyLabels, Health, Metrics};
 
 /// How often a healthy copy is checked again even when nothing was seen to change.
@@ -161,17 +160,6 @@ impl Context {
     }
 }
 
-/// The Event recorder every conflux controller uses.
-pub(crate) fn recorder(client: &Client) -> Recorder {
-    Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: "conflux".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        },
-    )
-}
-
 /// Runs the controller (ConfigMaps and Secrets) until it fails.
 pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
     let config_maps = run_kind::<ConfigMap>(ctx.clone(), SourceKind::ConfigMap, health.clone());
@@ -179,31 +167,6 @@ pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
     tokio::select! {
         () = config_maps => anyhow::bail!("copy controller for ConfigMaps stopped"),
         () = secrets => anyhow::bail!("copy controller for Secrets stopped"),
-    }
-}
-
-/// Bounds of the two kinds the controllers handle.
-pub(crate) trait ConfigResource:
-    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-    + Clone
-    + Debug
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
-}
-
-impl ConfigResource for ConfigMap {}
-impl ConfigResource for Secret {}
-
-/// The watcher configuration for objects sharded by `selector`.
-pub(crate) fn sharded(selector: &Selector) -> watcher::Config {
-    let wc = watcher::Config::default();
-    if selector.is_empty() {
-        wc
-    } else {
-        wc.labels(&selector.to_string())
     }
 }
 
@@ -253,11 +216,6 @@ where
             return;
         }
     }
-}
-
-/// `--concurrent` as the controller's limit.
-pub(crate) fn concurrency(concurrent: usize) -> u16 {
-    u16::try_from(concurrent.max(1)).unwrap_or(u16::MAX)
 }
 
 /// Keeps the target → source index in step with one object and returns the copy targets of that
@@ -552,27 +510,6 @@ pub(crate) fn object_reference(kind: SourceKind, meta: &kube::api::ObjectMeta) -
         name: meta.name.clone(),
         uid: meta.uid.clone(),
         ..ObjectReference::default()
-    }
-}
-
-/// Publishes an Event; failing to publish is only logged. `note` must not contain data.
-pub(crate) async fn publish(
-    recorder: &Recorder,
-    reference: &ObjectReference,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    action: &str,
-) {
-    let event = KubeEvent {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: action.to_owned(),
-        secondary: None,
-    };
-    if let Err(err) = recorder.publish(&event, reference).await {
-        debug!(error = %err, "cannot publish event");
     }
 }
 

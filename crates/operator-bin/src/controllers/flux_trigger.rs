@@ -23,7 +23,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -39,6 +39,7 @@ use watch_index::trigger::{
     Decision, Event as ConfigEvent, Mode as TriggerMode, Observed, Trigger,
 };
 
+use super::common::{ConfigResource, metadata_api, object_id, publish, recorder};
 use crate::metrics::{ConfigEventLabels, Health, Metrics, RequestLabels, ResourceLabels};
 
 /// The annotation Flux controllers watch for on-demand reconciliation.
@@ -97,13 +98,7 @@ impl std::fmt::Debug for Context {
 impl Context {
     /// A context for one controller instance.
     pub fn new(client: Client, config: FluxTriggerConfig, metrics: Arc<Metrics>) -> Arc<Self> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "conflux".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
+        let recorder = recorder(&client);
         Arc::new(Self {
             trigger: Trigger::new(config.config_selector.clone(), config.mode),
             client,
@@ -368,25 +363,12 @@ struct Seen {
 type DataHash = [u8; 32];
 
 /// Watches one of ConfigMaps/Secrets, metadata only, and fires referrers.
-async fn watch_configs<K>(
+async fn watch_configs<K: ConfigResource>(
     ctx: Arc<Context>,
     kind: ConfigKind,
     ready: Arc<watch::Sender<usize>>,
-) -> anyhow::Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    // `Api<PartialObjectMeta<K>>` makes metadata-only requests: Secret data is never listed.
-    let api: Api<PartialObjectMeta<K>> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+) -> anyhow::Result<()> {
+    let api = metadata_api::<K>(&ctx.client, ctx.config.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default());
     let mut stream = stream.default_backoff().boxed();
     let mut known: HashMap<(String, String), Seen> = HashMap::new();
@@ -469,13 +451,6 @@ where
             }
         }
     }
-}
-
-fn object_id(meta: &kube::api::ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
 }
 
 fn referenced(ctx: &Context, kind: ConfigKind, id: &(String, String)) -> bool {
@@ -647,30 +622,30 @@ async fn request_reconcile(ctx: &Context, object: &ObjectRef, source: &str, even
         name: Some(object.name.to_string()),
         ..Default::default()
     };
-    let kube_event = match &result {
-        Ok(_) => KubeEvent {
-            type_: EventType::Normal,
-            reason: "ConfigChanged".into(),
-            note: Some(format!("{source} was {event}d; requested reconciliation")),
-            action: "RequestReconcile".into(),
-            secondary: None,
-        },
+    let (type_, reason, note) = match &result {
+        Ok(_) => (
+            EventType::Normal,
+            "ConfigChanged",
+            format!("{source} was {event}d; requested reconciliation"),
+        ),
         Err(err) => {
             warn!(object = %object, error = %err, "flux-trigger: cannot request reconciliation");
-            KubeEvent {
-                type_: EventType::Warning,
-                reason: "ReconcileRequestFailed".into(),
-                note: Some(format!(
-                    "{source} was {event}d but requesting reconciliation failed: {err}"
-                )),
-                action: "RequestReconcile".into(),
-                secondary: None,
-            }
+            (
+                EventType::Warning,
+                "ReconcileRequestFailed",
+                format!("{source} was {event}d but requesting reconciliation failed: {err}"),
+            )
         }
     };
-    if let Err(err) = ctx.recorder.publish(&kube_event, &reference).await {
-        debug!(object = %object, error = %err, "flux-trigger: cannot publish event");
-    }
+    publish(
+        &ctx.recorder,
+        &reference,
+        type_,
+        reason,
+        note,
+        "RequestReconcile",
+    )
+    .await;
 }
 
 /// Go's `time.RFC3339Nano` of now (trailing zeros of the fraction trimmed), as `flux reconcile`.

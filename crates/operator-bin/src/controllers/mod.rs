@@ -1,5 +1,6 @@
 //! One module per controller of `conflux run`.
 
+mod common;
 pub mod copy;
 pub mod flux_trigger;
 pub mod reload;

@@ -31,11 +31,11 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::{Client, ResourceExt};
 use reloader::consumers::Consumption;
 use reloader::hash::{ConfigData, ContentHash, content_hash};
 use reloader::index::ConsumerIndex;
@@ -48,7 +48,9 @@ use tracing::{debug, info, warn};
 use watch_index::refs::{ConfigKind, ObjectRef};
 use watch_index::selector::Selector;
 
-use crate::controllers::copy::{publish, recorder, sharded};
+use crate::controllers::common::{
+    ConfigResource, metadata_api, object_id, publish, recorder, sharded,
+};
 use crate::metrics::{DecisionLabels, Health, Metrics, ResourceLabels, RolloutLabels};
 
 /// Default of `--reload-debounce`.
@@ -604,25 +606,12 @@ fn forget_workload(ctx: &Context, object: &ObjectRef) {
 }
 
 /// Watches one of ConfigMaps/Secrets, metadata only, and schedules the workloads that read them.
-async fn watch_configs<K>(
+async fn watch_configs<K: ConfigResource>(
     ctx: Arc<Context>,
     kind: ConfigKind,
     ready: Arc<watch::Sender<usize>>,
-) -> anyhow::Result<()>
-where
-    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    // `Api<PartialObjectMeta<K>>` makes metadata-only requests: Secret data is never listed.
-    let api: Api<PartialObjectMeta<K>> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
+) -> anyhow::Result<()> {
+    let api = metadata_api::<K>(&ctx.client, ctx.config.namespace.as_deref());
     let mut stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -644,7 +633,7 @@ where
         match event {
             watcher::Event::Init => listed = Some(HashSet::new()),
             watcher::Event::InitApply(meta) => {
-                let (ns, name) = id_of(&meta.metadata);
+                let (ns, name) = object_id(&meta.metadata);
                 if let Some(l) = listed.as_mut() {
                     l.insert((ns.clone(), name.clone()));
                 }
@@ -679,22 +668,15 @@ where
                 }
             }
             watcher::Event::Apply(meta) => {
-                let (ns, name) = id_of(&meta.metadata);
+                let (ns, name) = object_id(&meta.metadata);
                 on_config(&ctx, kind, ns, name, Some(meta.metadata), true);
             }
             watcher::Event::Delete(meta) => {
-                let (ns, name) = id_of(&meta.metadata);
+                let (ns, name) = object_id(&meta.metadata);
                 on_config(&ctx, kind, ns, name, None, true);
             }
         }
     }
-}
-
-fn id_of(meta: &kube::api::ObjectMeta) -> (String, String) {
-    (
-        meta.namespace.clone().unwrap_or_default(),
-        meta.name.clone().unwrap_or_default(),
-    )
 }
 
 /// A config was created or updated (`meta` given) or deleted (`None`): update the metadata

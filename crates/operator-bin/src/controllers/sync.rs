@@ -46,10 +46,10 @@ use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 use watch_index::selector::Selector;
 
+use super::common::{ConfigResource, concurrency, publish, recorder, sharded};
 use super::copy::{
-    Backoff, ConfigResource, Error as CopyError, RESYNC_INTERVAL, api_err, apply, concurrency,
-    delete, get_object, merge_patch, object_reference, publish, recorder, recreate, sharded,
-    wait_until_ready,
+    Backoff, Error as CopyError, RESYNC_INTERVAL, api_err, apply, delete, get_object, merge_patch,
+    object_reference, recreate, wait_until_ready,
 };
 use crate::metrics::{ApplyLabels, Health, Metrics};
 
