@@ -148,15 +148,23 @@ cmd_build() {
   rm -rf "$work"
 }
 
-# A loopback port nobody listens on: random in 20000-59999, skipping ports that accept a connection
-# and ports already handed out by this run.
+# A loopback port that is free: random below the kernel's ephemeral range (so it cannot be the
+# local end of some outgoing connection, which a connect test does not see), skipping ports in use
+# in any state and ports already handed out by this run.
 taken_ports=" "
 # Sets the variable named $1 (no subshell, so taken_ports is remembered).
 pick_port() {
-  local port
+  local port low=32768 used=""
+  if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+    read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+  fi
+  [ "$low" -gt 12000 ] || low=32768
+  if command -v ss >/dev/null 2>&1; then
+    used=" $(ss -Htan 2>/dev/null | awk '{ n = split($4, a, ":"); printf "%s ", a[n] }') "
+  fi
   for _ in $(seq 200); do
-    port=$((20000 + RANDOM % 40000))
-    case $taken_ports in *" $port "*) continue ;; esac
+    port=$((10000 + RANDOM % (low - 10000)))
+    case $taken_ports$used in *" $port "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
       taken_ports="$taken_ports$port "
       printf -v "$1" '%s' "$port"
@@ -184,7 +192,22 @@ wait_for() {
   return 1
 }
 
+# Another process may take a chosen port between the check and the bind; such a start is retried
+# with new ports (status 75), any other failure is final.
+port_race() { grep -q 'address already in use' "$1" 2>/dev/null; }
+
 cmd_up() {
+  local attempt status
+  for attempt in 1 2 3; do
+    status=0
+    start_cluster "$@" || status=$?
+    [ "$status" -eq 75 ] || return "$status"
+    log "a port was taken while starting (attempt $attempt); retrying with new ports"
+  done
+  die "could not find free ports in 3 attempts" "check what is listening on 127.0.0.1"
+}
+
+start_cluster() {
   local dir=${1:-$repo_root/target/cluster}
   for b in etcd kube-apiserver kube-controller-manager; do
     [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing" "run 'hack/cluster.sh build' first"
@@ -225,6 +248,7 @@ cmd_up() {
     --name default --quota-backend-bytes 4294967296 --unsafe-no-fsync
   if ! wait_for etcd 60 "$dir/etcd.log" curl -sf "http://127.0.0.1:$etcd_port/health"; then
     cmd_down "$dir" >/dev/null 2>&1 || true
+    port_race "$dir/etcd.log" && return 75
     die "etcd did not become healthy (log: $dir/etcd.log)" "read the log; check the port is free and the binary runs"
   fi
 
@@ -246,6 +270,7 @@ cmd_up() {
   if ! wait_for kube-apiserver 240 "$dir/kube-apiserver.log" \
     curl -sfk -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$api_port/readyz"; then
     cmd_down "$dir" >/dev/null 2>&1 || true
+    port_race "$dir/kube-apiserver.log" && return 75
     die "kube-apiserver did not become ready (log: $dir/kube-apiserver.log)" "read the log above"
   fi
 
