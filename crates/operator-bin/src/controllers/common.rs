@@ -3,15 +3,20 @@
 
 use std::fmt::Debug;
 
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
-use tracing::debug;
+use tracing::{debug, warn};
 use watch_index::selector::Selector;
+
+use crate::metrics::{Metrics, ResourceLabels};
 
 /// The Event recorder every conflux controller uses.
 pub(crate) fn recorder(client: &Client) -> Recorder {
@@ -93,4 +98,47 @@ pub(crate) fn object_id(meta: &kube::api::ObjectMeta) -> (String, String) {
         meta.namespace.clone().unwrap_or_default(),
         meta.name.clone().unwrap_or_default(),
     )
+}
+
+/// A watch that retries with backoff: errors are counted (`conflux_watch_errors_total`) and
+/// logged, and the next event is waited for; only the end of the stream is an error.
+pub(crate) struct WatchEvents<K> {
+    stream: BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    labels: ResourceLabels,
+    controller: &'static str,
+}
+
+impl<K: Send + 'static> WatchEvents<K> {
+    /// Wraps a `watcher` stream of `resource` (a kind, for metrics and logs) for `controller`.
+    pub(crate) fn new(
+        stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+        controller: &'static str,
+        resource: &str,
+    ) -> Self {
+        Self {
+            stream: stream.default_backoff().boxed(),
+            labels: ResourceLabels {
+                resource: resource.to_owned(),
+            },
+            controller,
+        }
+    }
+
+    /// The next event.
+    pub(crate) async fn next(&mut self, metrics: &Metrics) -> anyhow::Result<watcher::Event<K>> {
+        loop {
+            match self.stream.try_next().await {
+                Ok(Some(event)) => return Ok(event),
+                Ok(None) => anyhow::bail!(
+                    "{}: watch of {} ended",
+                    self.controller,
+                    self.labels.resource
+                ),
+                Err(err) => {
+                    metrics.watch_errors.get_or_create(&self.labels).inc();
+                    warn!(controller = self.controller, kind = %self.labels.resource, error = %err, "watch error, retrying");
+                }
+            }
+        }
+    }
 }

@@ -19,12 +19,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::{SecondsFormat, Utc};
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -39,8 +39,8 @@ use watch_index::trigger::{
     Decision, Event as ConfigEvent, Mode as TriggerMode, Observed, Trigger,
 };
 
-use super::common::{ConfigResource, metadata_api, object_id, publish, recorder};
-use crate::metrics::{ConfigEventLabels, Health, Metrics, RequestLabels, ResourceLabels};
+use super::common::{ConfigResource, WatchEvents, metadata_api, object_id, publish, recorder};
+use crate::metrics::{ConfigEventLabels, Health, Metrics, RequestLabels};
 
 /// The annotation Flux controllers watch for on-demand reconciliation.
 pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
@@ -246,24 +246,14 @@ async fn watch_referrers(
     if !ctx.config.object_selector.is_empty() {
         wc = wc.labels(&ctx.config.object_selector.to_string());
     }
-    let mut stream = watcher(api, wc).default_backoff().boxed();
+    let stream = watcher(api, wc);
     // Objects of this kind currently in the index, to find those deleted during a watch gap.
     let mut indexed: HashSet<ObjectRef> = HashSet::new();
     let mut listed: Option<HashSet<ObjectRef>> = None;
     let mut announced = false;
-    let labels = ResourceLabels {
-        resource: ar.kind.clone(),
-    };
+    let mut events = WatchEvents::new(stream, "flux-trigger", &ar.kind);
     loop {
-        let event = match stream.try_next().await {
-            Ok(Some(event)) => event,
-            Ok(None) => anyhow::bail!("watch of {} ended", ar.kind),
-            Err(err) => {
-                ctx.metrics.watch_errors.get_or_create(&labels).inc();
-                warn!(kind = %ar.kind, error = %err, "flux-trigger: watch error, retrying");
-                continue;
-            }
-        };
+        let event = events.next(&ctx.metrics).await?;
         match event {
             watcher::Event::Init => listed = Some(HashSet::new()),
             watcher::Event::InitApply(obj) => {
@@ -370,23 +360,12 @@ async fn watch_configs<K: ConfigResource>(
 ) -> anyhow::Result<()> {
     let api = metadata_api::<K>(&ctx.client, ctx.config.namespace.as_deref());
     let stream = watcher(api, watcher::Config::default());
-    let mut stream = stream.default_backoff().boxed();
     let mut known: HashMap<(String, String), Seen> = HashMap::new();
     let mut relist: Option<HashSet<(String, String)>> = None;
     let mut baseline_done = false;
-    let labels = ResourceLabels {
-        resource: kind.as_str().to_owned(),
-    };
+    let mut events = WatchEvents::new(stream, "flux-trigger", kind.as_str());
     loop {
-        let event = match stream.try_next().await {
-            Ok(Some(event)) => event,
-            Ok(None) => anyhow::bail!("watch of {kind}s ended"),
-            Err(err) => {
-                ctx.metrics.watch_errors.get_or_create(&labels).inc();
-                warn!(%kind, error = %err, "flux-trigger: watch error, retrying");
-                continue;
-            }
-        };
+        let event = events.next(&ctx.metrics).await?;
         match event {
             watcher::Event::Init => relist = Some(HashSet::new()),
             watcher::Event::InitApply(meta) => {

@@ -27,14 +27,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use reloader::consumers::Consumption;
 use reloader::hash::{ConfigData, ContentHash, content_hash};
@@ -49,9 +49,9 @@ use watch_index::refs::{ConfigKind, ObjectRef};
 use watch_index::selector::Selector;
 
 use crate::controllers::common::{
-    ConfigResource, metadata_api, object_id, publish, recorder, sharded,
+    ConfigResource, WatchEvents, metadata_api, object_id, publish, recorder, sharded,
 };
-use crate::metrics::{DecisionLabels, Health, Metrics, ResourceLabels, RolloutLabels};
+use crate::metrics::{DecisionLabels, Health, Metrics, RolloutLabels};
 
 /// Default of `--reload-debounce`.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
@@ -461,25 +461,13 @@ async fn watch_workloads(
         Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
         None => Api::all_with(ctx.client.clone(), &ar),
     };
-    let mut stream = watcher(api, sharded(&ctx.config.object_selector))
-        .default_backoff()
-        .boxed();
-    let labels = ResourceLabels {
-        resource: kind.as_str().to_owned(),
-    };
+    let stream = watcher(api, sharded(&ctx.config.object_selector));
     let mut listed: Option<HashSet<ObjectRef>> = None;
     let mut seen: HashSet<ObjectRef> = HashSet::new();
     let mut announced = false;
+    let mut events = WatchEvents::new(stream, "reload", kind.as_str());
     loop {
-        let event = match stream.try_next().await {
-            Ok(Some(event)) => event,
-            Ok(None) => anyhow::bail!("watch of {kind}s ended"),
-            Err(err) => {
-                ctx.metrics.watch_errors.get_or_create(&labels).inc();
-                warn!(%kind, error = %err, "reload: watch error, retrying");
-                continue;
-            }
-        };
+        let event = events.next(&ctx.metrics).await?;
         match event {
             watcher::Event::Init => listed = Some(HashSet::new()),
             watcher::Event::InitApply(obj) => {
@@ -612,24 +600,12 @@ async fn watch_configs<K: ConfigResource>(
     ready: Arc<watch::Sender<usize>>,
 ) -> anyhow::Result<()> {
     let api = metadata_api::<K>(&ctx.client, ctx.config.namespace.as_deref());
-    let mut stream = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let labels = ResourceLabels {
-        resource: kind.as_str().to_owned(),
-    };
+    let stream = watcher(api, watcher::Config::default());
     let mut listed: Option<HashSet<(String, String)>> = None;
     let mut baseline_done = false;
+    let mut events = WatchEvents::new(stream, "reload", kind.as_str());
     loop {
-        let event = match stream.try_next().await {
-            Ok(Some(event)) => event,
-            Ok(None) => anyhow::bail!("watch of {kind}s ended"),
-            Err(err) => {
-                ctx.metrics.watch_errors.get_or_create(&labels).inc();
-                warn!(%kind, error = %err, "reload: watch error, retrying");
-                continue;
-            }
-        };
+        let event = events.next(&ctx.metrics).await?;
         match event {
             watcher::Event::Init => listed = Some(HashSet::new()),
             watcher::Event::InitApply(meta) => {
