@@ -231,6 +231,35 @@ fn rv_rule(old: &Observed<'_>, new: &Observed<'_>) -> Decision {
     }
 }
 
+/// The hash [`Mode::DataHash`] compares: SHA-256 over a Secret's `type` (empty for a ConfigMap),
+/// then the `data` and `binaryData` entries sorted by key, every field length-prefixed so that no
+/// two different contents encode the same. Values are bytes (Secret data decoded).
+pub fn data_hash<'a>(
+    type_: &str,
+    data: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    binary_data: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hasher.update((bytes.len() as u64).to_be_bytes());
+        hasher.update(bytes);
+    };
+    field(type_.as_bytes());
+    let mut data: Vec<_> = data.into_iter().collect();
+    let mut binary_data: Vec<_> = binary_data.into_iter().collect();
+    data.sort_unstable_by_key(|(key, _)| *key);
+    binary_data.sort_unstable_by_key(|(key, _)| *key);
+    for (section, entries) in [(b"data".as_slice(), data), (b"binaryData", binary_data)] {
+        field(section);
+        for (key, value) in entries {
+            field(key.as_bytes());
+            field(value);
+        }
+    }
+    hasher.finalize().into()
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -535,5 +564,22 @@ mod tests {
         let o = Observed::new(&labels, meta.resource_version.as_deref().unwrap_or(""));
         let t = Trigger::from_flag(DEFAULT_WATCH_CONFIGS_SELECTOR, Mode::Upstream).unwrap();
         assert_eq!(t.decide(&Event::Deleted(o), false), Fire(Why::Deleted));
+    }
+
+    #[test]
+    fn data_hash_depends_on_content_only() {
+        let a = data_hash("", [("a", b"1".as_slice()), ("b", b"2")], []);
+        let same_other_order = data_hash("", [("b", b"2".as_slice()), ("a", b"1")], []);
+        assert_eq!(a, same_other_order);
+        // Moving bytes between key and value, or between data and binaryData, changes the hash.
+        assert_ne!(a, data_hash("", [("a1", b"".as_slice()), ("b", b"2")], []));
+        assert_ne!(
+            a,
+            data_hash("", [("a", b"1".as_slice())], [("b", b"2".as_slice())])
+        );
+        assert_ne!(
+            a,
+            data_hash("Opaque", [("a", b"1".as_slice()), ("b", b"2")], [])
+        );
     }
 }

@@ -27,7 +27,6 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use watch_index::index::ReverseIndex;
@@ -36,7 +35,7 @@ use watch_index::refs::{
 };
 use watch_index::selector::Selector;
 use watch_index::trigger::{
-    Decision, Event as ConfigEvent, Mode as TriggerMode, Observed, Trigger,
+    self, Decision, Event as ConfigEvent, Mode as TriggerMode, Observed, Trigger,
 };
 
 use super::common::{ConfigResource, WatchEvents, metadata_api, object_id, publish, recorder};
@@ -671,7 +670,7 @@ async fn fetch_data_hash(
             Ok(api.get_opt(&id.1).await?.map(|cm| {
                 let text = cm.data.unwrap_or_default();
                 let binary = cm.binary_data.unwrap_or_default();
-                data_hash(
+                trigger::data_hash(
                     "",
                     text.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
                     binary.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
@@ -682,7 +681,7 @@ async fn fetch_data_hash(
             let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &id.0);
             Ok(api.get_opt(&id.1).await?.map(|secret| {
                 let data = secret.data.unwrap_or_default();
-                data_hash(
+                trigger::data_hash(
                     secret.type_.as_deref().unwrap_or("Opaque"),
                     data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
                     std::iter::empty(),
@@ -690,30 +689,4 @@ async fn fetch_data_hash(
             }))
         }
     }
-}
-
-/// SHA-256 over a type and two sorted maps, each entry length-prefixed so that no two different
-/// contents encode the same.
-fn data_hash<'a>(
-    type_: &str,
-    data: impl Iterator<Item = (&'a str, &'a [u8])>,
-    binary: impl Iterator<Item = (&'a str, &'a [u8])>,
-) -> DataHash {
-    let mut hasher = Sha256::new();
-    let mut field = |bytes: &[u8]| {
-        hasher.update((bytes.len() as u64).to_be_bytes());
-        hasher.update(bytes);
-    };
-    field(type_.as_bytes());
-    for (section, entries) in [
-        (b"data".as_slice(), data.collect::<Vec<_>>()),
-        (b"binaryData", binary.collect()),
-    ] {
-        field(section);
-        for (key, value) in entries {
-            field(key.as_bytes());
-            field(value);
-        }
-    }
-    hasher.finalize().into()
 }
