@@ -150,20 +150,40 @@ impl Metrics {
 }
 
 /// Liveness and readiness as the HTTP endpoints report them.
+///
+/// Readiness is a tree: a `Health` with parts (one per controller, or per watched kind inside a
+/// controller) is ready once every part is; one without parts once [`Health::set_ready`] was
+/// called. So `/readyz` waits for the slowest initial list, not the first.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
+    parts: std::sync::Mutex<Vec<Arc<Health>>>,
 }
 
 impl Health {
-    /// Marks the process ready (every controller finished its initial lists).
+    /// Marks this part ready (its initial lists are done).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    /// Whether the process is ready.
+    /// A new part that must be ready before this one is.
+    pub fn part(&self) -> Arc<Health> {
+        let part = Arc::new(Health::default());
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(part.clone());
+        part
+    }
+
+    /// Whether this part (and every part below it) is ready.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        let parts = self.parts.lock().unwrap_or_else(|p| p.into_inner());
+        if parts.is_empty() {
+            self.ready.load(Ordering::Relaxed)
+        } else {
+            parts.iter().all(|part| part.is_ready())
+        }
     }
 }
 
@@ -263,5 +283,32 @@ fn respond(
             "initial lists in progress\n".into(),
         ),
         _ => ("404 Not Found", TEXT, "not found\n".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn readiness_waits_for_every_part() {
+        let root = Health::default();
+        assert!(!root.is_ready(), "nothing listed yet");
+        root.set_ready(true);
+        assert!(root.is_ready(), "a health without parts is its own flag");
+
+        let root = Health::default();
+        let copy = root.part();
+        let (config_maps, secrets) = (copy.part(), copy.part());
+        let reload = root.part();
+        config_maps.set_ready(true);
+        reload.set_ready(true);
+        assert!(
+            !root.is_ready(),
+            "Secrets of the copy controller are not listed yet"
+        );
+        secrets.set_ready(true);
+        assert!(copy.is_ready());
+        assert!(root.is_ready());
     }
 }

@@ -249,23 +249,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if plan.controllers.contains(&ControllerName::FluxTrigger) {
         let ctx =
             flux_trigger::Context::new(client.clone(), plan.flux_trigger.clone(), metrics.clone());
-        let health = health.clone();
+        let health = health.part();
         tasks.spawn(async move { flux_trigger::run(ctx, health).await });
     }
     if plan.controllers.contains(&ControllerName::Copy) {
         let ctx = copy::Context::new(client.clone(), plan.copy.clone(), metrics.clone());
-        let health = health.clone();
+        let health = health.part();
         tasks.spawn(async move { copy::run(ctx, health).await });
     }
     if plan.controllers.contains(&ControllerName::Sync) {
         let ctx = sync::Context::new(client.clone(), plan.sync.clone(), metrics.clone());
-        let health = health.clone();
+        let health = health.part();
         tasks.spawn(async move { sync::run(ctx, health).await });
     }
 
     if plan.controllers.contains(&ControllerName::Reload) {
         let ctx = reload::Context::new(client.clone(), plan.reload.clone(), metrics.clone());
-        let health = health.clone();
+        let health = health.part();
         tasks.spawn(async move { reload::run(ctx, health).await });
     }
 

@@ -162,8 +162,8 @@ impl Context {
 
 /// Runs the controller (ConfigMaps and Secrets) until it fails.
 pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
-    let config_maps = run_kind::<ConfigMap>(ctx.clone(), SourceKind::ConfigMap, health.clone());
-    let secrets = run_kind::<Secret>(ctx, SourceKind::Secret, health);
+    let config_maps = run_kind::<ConfigMap>(ctx.clone(), SourceKind::ConfigMap, health.part());
+    let secrets = run_kind::<Secret>(ctx, SourceKind::Secret, health.part());
     tokio::select! {
         () = config_maps => anyhow::bail!("copy controller for ConfigMaps stopped"),
         () = secrets => anyhow::bail!("copy controller for Secrets stopped"),
