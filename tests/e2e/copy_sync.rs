@@ -398,6 +398,22 @@ async fn copy_in(client: &Client, ns: &str, name: &str) -> Option<ConfigMap> {
     config_map(client, ns, name).await
 }
 
+/// Waits until every namespace in `namespaces` holds a copy `name` with exactly `data`.
+async fn wait_for_copies(
+    what: &str,
+    client: &Client,
+    namespaces: &[String],
+    name: &str,
+    data: &BTreeMap<String, String>,
+) {
+    eventually(what, WAIT, || async {
+        all_copies_have(client, namespaces, name, data)
+            .await
+            .then_some(())
+    })
+    .await;
+}
+
 async fn all_copies_have(
     client: &Client,
     namespaces: &[String],
@@ -561,11 +577,13 @@ async fn namespace_newly_labelled_gets_a_copy_and_loses_it_when_it_no_longer_mat
     )
     .await;
     let want = strings(&[("k", "v")]);
-    eventually("the first tenant has a copy", WAIT, || async {
-        all_copies_have(&client, &first, "info", &want)
-            .await
-            .then_some(())
-    })
+    wait_for_copies(
+        "the first tenant has a copy",
+        &client,
+        &first,
+        "info",
+        &want,
+    )
     .await;
     assert!(copy_in(&client, &later, "info").await.is_none());
 
@@ -594,14 +612,12 @@ async fn namespace_newly_labelled_gets_a_copy_and_loses_it_when_it_no_longer_mat
 
     // A brand-new namespace that matches gets a copy too.
     let fresh = tenants(&client, &shard, 1).await;
-    eventually(
+    wait_for_copies(
         "a namespace created with the label gets a copy",
-        WAIT,
-        || async {
-            all_copies_have(&client, &fresh, "info", &want)
-                .await
-                .then_some(())
-        },
+        &client,
+        &fresh,
+        "info",
+        &want,
     )
     .await;
 }
@@ -623,12 +639,7 @@ async fn copy_edited_or_deleted_by_someone_is_reverted_or_recreated() {
     )
     .await;
     let want = strings(&[("k", "v")]);
-    eventually("a copy", WAIT, || async {
-        all_copies_have(&client, &targets, "info", &want)
-            .await
-            .then_some(())
-    })
-    .await;
+    wait_for_copies("a copy", &client, &targets, "info", &want).await;
 
     // Someone edits the copy: changes a value and adds a key.
     Api::<ConfigMap>::namespaced(client.clone(), ns)
@@ -639,14 +650,12 @@ async fn copy_edited_or_deleted_by_someone_is_reverted_or_recreated() {
         )
         .await
         .expect("edit copy");
-    eventually(
+    wait_for_copies(
         "the edited copy is reverted, the added key removed",
-        WAIT,
-        || async {
-            all_copies_have(&client, &targets, "info", &want)
-                .await
-                .then_some(())
-        },
+        &client,
+        &targets,
+        "info",
+        &want,
     )
     .await;
 
@@ -684,16 +693,13 @@ async fn same_name_object_not_ours_is_left_alone_and_reported_unless_adopt() {
     )
     .await;
 
-    eventually("the free namespace gets a copy", WAIT, || async {
-        all_copies_have(
-            &client,
-            std::slice::from_ref(free),
-            "info",
-            &strings(&[("k", "v")]),
-        )
-        .await
-        .then_some(())
-    })
+    wait_for_copies(
+        "the free namespace gets a copy",
+        &client,
+        std::slice::from_ref(free),
+        "info",
+        &strings(&[("k", "v")]),
+    )
     .await;
     let (status, reason, message) = eventually("Ready=False PartialSync", WAIT, || async {
         let r = ready(&client, &name).await?;
@@ -768,12 +774,7 @@ async fn source_deleted_keeps_copies_and_marks_them_orphaned() {
     )
     .await;
     let want = strings(&[("k", "v")]);
-    eventually("copies", WAIT, || async {
-        all_copies_have(&client, &targets, "info", &want)
-            .await
-            .then_some(())
-    })
-    .await;
+    wait_for_copies("copies", &client, &targets, "info", &want).await;
 
     Api::<ConfigMap>::namespaced(client.clone(), &src)
         .delete("info", &DeleteParams::default())
@@ -957,16 +958,13 @@ async fn terminating_namespace_is_skipped() {
         sync_spec("ConfigMap", &src, "info", &shard),
     )
     .await;
-    eventually("the live namespace gets a copy", WAIT, || async {
-        all_copies_have(
-            &client,
-            std::slice::from_ref(live),
-            "info",
-            &strings(&[("k", "v")]),
-        )
-        .await
-        .then_some(())
-    })
+    wait_for_copies(
+        "the live namespace gets a copy",
+        &client,
+        std::slice::from_ref(live),
+        "info",
+        &strings(&[("k", "v")]),
+    )
     .await;
     let (status, _, _) = eventually("Ready", WAIT, || async { ready(&client, &name).await }).await;
     assert_eq!(status, "True", "a terminating namespace is not a failure");
@@ -1087,14 +1085,12 @@ async fn kopy_annotation_syncs_from_trusted_namespaces_and_is_refused_elsewhere(
     .await;
     apply(&client, &untrusted, source("planted", "flynshue.io/sync")).await;
 
-    eventually(
+    wait_for_copies(
         "the trusted source is copied into every selected namespace",
-        WAIT,
-        || async {
-            all_copies_have(&client, &targets, "shared", &strings(&[("k", "v")]))
-                .await
-                .then_some(())
-        },
+        &client,
+        &targets,
+        "shared",
+        &strings(&[("k", "v")]),
     )
     .await;
     let copy = copy_in(&client, &targets[0], "shared").await.expect("copy");

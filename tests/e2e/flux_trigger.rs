@@ -213,31 +213,44 @@ async fn start_controller(cluster: &Cluster, ns: &str, mode: Mode) -> tokio::tas
     task
 }
 
-/// Waits until exactly the `expected` referrers have a requestedAt different from `before`.
-async fn expect_changed(
-    client: &Client,
-    ns: &str,
-    objects: &[(&str, &str)],
-    before: &BTreeMap<String, Option<String>>,
-    expected: &[&str],
-    what: &str,
-) -> BTreeMap<String, Option<String>> {
-    let after = eventually(what, Duration::from_secs(30), || async {
-        let now = snapshot(client, ns, objects).await;
-        let all_expected = expected.iter().all(|k| now.get(*k) != before.get(*k));
-        all_expected.then_some(now)
-    })
-    .await;
-    let changed: Vec<&str> = after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, _)| k.as_str())
-        .collect();
-    assert_eq!(
-        changed, expected,
-        "{what}: exactly these referrers were asked to reconcile"
-    );
-    after
+/// The `requestedAt` of every referrer in [`REFERRERS`], as last seen by the test.
+struct RequestedAt<'a> {
+    client: &'a Client,
+    ns: &'a str,
+    last: BTreeMap<String, Option<String>>,
+}
+
+impl<'a> RequestedAt<'a> {
+    /// Takes the first snapshot, which must be empty: starting the controller reconciles nothing.
+    async fn after_start(client: &'a Client, ns: &'a str) -> Self {
+        let last = snapshot(client, ns, &REFERRERS).await;
+        assert!(
+            last.values().all(Option::is_none),
+            "start-up reconciles nothing: {last:?}"
+        );
+        Self { client, ns, last }
+    }
+
+    /// Waits until exactly the `expected` referrers have a new requestedAt.
+    async fn expect_changed(&mut self, expected: &[&str], what: &str) {
+        let before = &self.last;
+        let after = eventually(what, Duration::from_secs(30), || async {
+            let now = snapshot(self.client, self.ns, &REFERRERS).await;
+            let all_expected = expected.iter().all(|k| now.get(*k) != before.get(*k));
+            all_expected.then_some(now)
+        })
+        .await;
+        let changed: Vec<&str> = after
+            .iter()
+            .filter(|(k, v)| before.get(*k) != Some(v))
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(
+            changed, expected,
+            "{what}: exactly these referrers were asked to reconcile"
+        );
+        self.last = after;
+    }
 }
 
 const REFERRERS: [(&str, &str); 5] = [
@@ -321,49 +334,33 @@ async fn upstream_mode_fires_exactly_like_flux() {
     apply_config_map(&client, &ns, "other-vars", true, json!({"x": "1"})).await;
 
     let controller = start_controller(cluster, &ns, Mode::Upstream).await;
-    let mut state = snapshot(&client, &ns, &REFERRERS).await;
-    assert!(
-        state.values().all(Option::is_none),
-        "start-up reconciles nothing: {state:?}"
-    );
+    let mut requested = RequestedAt::after_start(&client, &ns).await;
 
     // A labelled ConfigMap changes: both Kustomizations that read it, nothing else.
     apply_config_map(&client, &ns, "cluster-vars", true, json!({"region": "us"})).await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/apps", "Kustomization/infra"],
-        "cluster-vars data change",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/apps", "Kustomization/infra"],
+            "cluster-vars data change",
+        )
+        .await;
 
     // An unlabelled ConfigMap changes: nothing (the selector decides). Then a labelled one whose
     // event comes after it on the same watch proves the first was processed.
     apply_config_map(&client, &ns, "app-values", false, json!({"replicas": "2"})).await;
     apply_config_map(&client, &ns, "other-vars", true, json!({"x": "2"})).await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/unrelated"],
-        "unlabelled app-values, then other-vars",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/unrelated"],
+            "unlabelled app-values, then other-vars",
+        )
+        .await;
 
     // A labelled Secret: the Receiver.
     apply_secret(&client, &ns, "webhook-token", true, "t2").await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Receiver/github"],
-        "webhook-token change",
-    )
-    .await;
+    requested
+        .expect_changed(&["Receiver/github"], "webhook-token change")
+        .await;
 
     // Upstream rule: a label-only edit changes the resourceVersion, so it fires too.
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -374,53 +371,35 @@ async fn upstream_mode_fires_exactly_like_flux() {
     )
     .await
     .expect("label edit");
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/apps", "Kustomization/infra"],
-        "label-only edit (upstream fires)",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/apps", "Kustomization/infra"],
+            "label-only edit (upstream fires)",
+        )
+        .await;
 
     // Labelling a ConfigMap that was not watched makes its next changes count.
     apply_config_map(&client, &ns, "app-values", true, json!({"replicas": "3"})).await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["HelmRelease/app"],
-        "app-values now labelled",
-    )
-    .await;
+    requested
+        .expect_changed(&["HelmRelease/app"], "app-values now labelled")
+        .await;
 
     // Creation of an (optional) source that a referrer waits for fires.
     apply_secret(&client, &ns, "cluster-secrets", true, "s").await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/infra"],
-        "cluster-secrets created",
-    )
-    .await;
+    requested
+        .expect_changed(&["Kustomization/infra"], "cluster-secrets created")
+        .await;
 
     // Deleting a labelled source fires.
     cms.delete("cluster-vars", &DeleteParams::default())
         .await
         .expect("delete");
-    expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/apps", "Kustomization/infra"],
-        "cluster-vars deleted",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/apps", "Kustomization/infra"],
+            "cluster-vars deleted",
+        )
+        .await;
 
     controller.abort();
 }
@@ -437,11 +416,7 @@ async fn data_hash_mode_ignores_metadata_only_writes() {
     apply_secret(&client, &ns, "webhook-token", true, "t1").await;
 
     let controller = start_controller(cluster, &ns, Mode::DataHash).await;
-    let mut state = snapshot(&client, &ns, &REFERRERS).await;
-    assert!(
-        state.values().all(Option::is_none),
-        "start-up reconciles nothing: {state:?}"
-    );
+    let mut requested = RequestedAt::after_start(&client, &ns).await;
 
     // Label-only and annotation-only edits: nothing. The data change to other-vars afterwards
     // proves the earlier events were processed.
@@ -454,53 +429,35 @@ async fn data_hash_mode_ignores_metadata_only_writes() {
     .await
     .expect("label edit");
     apply_config_map(&client, &ns, "other-vars", true, json!({"x": "2"})).await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/unrelated"],
-        "metadata-only edit ignored, data change fires",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/unrelated"],
+            "metadata-only edit ignored, data change fires",
+        )
+        .await;
 
     // A data change fires both Kustomizations.
     apply_config_map(&client, &ns, "cluster-vars", true, json!({"region": "us"})).await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Kustomization/apps", "Kustomization/infra"],
-        "cluster-vars data change",
-    )
-    .await;
+    requested
+        .expect_changed(
+            &["Kustomization/apps", "Kustomization/infra"],
+            "cluster-vars data change",
+        )
+        .await;
 
     // Re-applying identical data (no change at all) fires nothing; a Secret data change fires.
     apply_config_map(&client, &ns, "cluster-vars", true, json!({"region": "us"})).await;
     apply_secret(&client, &ns, "webhook-token", true, "t2").await;
-    state = expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["Receiver/github"],
-        "webhook-token data change",
-    )
-    .await;
+    requested
+        .expect_changed(&["Receiver/github"], "webhook-token data change")
+        .await;
 
     // A source the HelmRelease waits for appears: fires. An unreferenced labelled one: nothing.
     apply_config_map(&client, &ns, "nobody-reads-this", true, json!({"a": "b"})).await;
     apply_config_map(&client, &ns, "app-values", true, json!({"replicas": "1"})).await;
-    expect_changed(
-        &client,
-        &ns,
-        &REFERRERS,
-        &state,
-        &["HelmRelease/app"],
-        "awaited app-values created",
-    )
-    .await;
+    requested
+        .expect_changed(&["HelmRelease/app"], "awaited app-values created")
+        .await;
 
     controller.abort();
 }
