@@ -12,10 +12,10 @@ use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
 };
-use operator_bin::controllers::flux_trigger::{self, Context, FluxTriggerConfig};
-use operator_bin::metrics::{Health, Metrics};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
+use watch_index::runtime::flux::{self, FluxMetrics, FluxTriggerConfig};
+use watch_index::runtime::{ConfigWatches, Runtime};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode;
 
@@ -195,16 +195,15 @@ async fn start_controller(cluster: &Cluster, ns: &str, mode: Mode) -> tokio::tas
         namespace: Some(ns.to_owned()),
         concurrent: 4,
     };
-    let health = Arc::new(Health::default());
-    let ctx = Context::new(client, config, Arc::new(Metrics::default()));
-    let task = {
-        let health = health.clone();
-        tokio::spawn(async move {
-            if let Err(err) = flux_trigger::run(ctx, health).await {
-                panic!("flux-trigger failed: {err:#}");
-            }
-        })
-    };
+    let runtime = Runtime::new(client);
+    let configs = ConfigWatches::start(&runtime, Some(ns));
+    let health = runtime.health().clone();
+    let task = tokio::spawn(flux::run(
+        runtime,
+        configs,
+        config,
+        Arc::new(FluxMetrics::default()),
+    ));
     eventually("flux-trigger ready", Duration::from_secs(60), || {
         let ready = health.is_ready();
         async move { ready.then_some(()) }

@@ -322,7 +322,7 @@ async fn opt_out_and_ignore_are_respected() {
     )
     .await;
     eventually("opt-out seen", Duration::from_secs(30), || {
-        let n = conflux.metrics.reload_workloads.get();
+        let n = conflux.metrics.workloads.get();
         async move { (n == 1).then_some(()) }
     })
     .await;
@@ -553,7 +553,7 @@ async fn rollouts_are_rate_limited_cluster_wide() {
     }
     let conflux = start_with(
         cluster,
-        operator_bin::controllers::reload::ReloadConfig {
+        reloader::runtime::ReloadConfig {
             namespace: Some(ns.clone()),
             debounce: WINDOW,
             rate: 2.0,
@@ -632,7 +632,7 @@ async fn failed_rollouts_are_reported_and_retried() {
     grant(&client, &ns, "alice", true).await;
     let conflux = start_as(
         cluster.client_as("alice").await,
-        operator_bin::controllers::reload::ReloadConfig {
+        reloader::runtime::ReloadConfig {
             namespace: Some(ns.clone()),
             debounce: WINDOW,
             ..Default::default()
@@ -655,8 +655,8 @@ async fn failed_rollouts_are_reported_and_retried() {
     let errors = || {
         conflux
             .metrics
-            .reload_rollouts
-            .get_or_create(&operator_bin::metrics::RolloutLabels {
+            .rollouts
+            .get_or_create(&reloader::runtime::RolloutLabels {
                 kind: "Deployment".into(),
                 result: "error".into(),
             })

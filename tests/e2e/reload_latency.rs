@@ -18,8 +18,8 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use operator_bin::controllers::reload::ReloadConfig;
 use reload_support::*;
+use reloader::runtime::ReloadConfig;
 use serde_json::json;
 
 const CHANGES: usize = 100;

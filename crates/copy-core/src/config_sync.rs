@@ -87,6 +87,24 @@ impl ConfigSyncSpec {
             _ => &self.source.name,
         }
     }
+
+    /// Whether an event on the ConfigMap/Secret `kind` `namespace/name` (whose
+    /// [`CONFIG_SYNC_LABEL`](crate::ownership::CONFIG_SYNC_LABEL) is `owner_label`) concerns the
+    /// ConfigSync `sync_name` with this spec: it is the source, one of its copies, or named like
+    /// its copies (a conflicting object may have appeared or gone).
+    pub fn concerns(
+        &self,
+        sync_name: &str,
+        kind: crate::SourceKind,
+        namespace: &str,
+        name: &str,
+        owner_label: Option<&str>,
+    ) -> bool {
+        self.source.kind == kind
+            && ((self.source.namespace == namespace && self.source.name == name)
+                || self.target_name() == name
+                || owner_label.is_some_and(|o| o == crate::ownership::label_value(sync_name)))
+    }
 }
 
 /// Where copies go and what they look like.

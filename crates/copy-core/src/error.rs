@@ -7,6 +7,7 @@ use crate::source::SourceRef;
 /// Everything that can go wrong in this crate. `Display` gives Flux Operator's message where one
 /// exists.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A `fluxcd.controlplane.io/copyFrom` value that is not `namespace/name` (Flux Operator's text;
     /// we also reject empty parts).
@@ -67,6 +68,37 @@ pub enum Error {
         /// The parser's message.
         message: String,
     },
+
+    /// An API call failed or timed out (runtime feature); the message names the object and the
+    /// action.
+    #[cfg(feature = "runtime")]
+    #[error(transparent)]
+    Kube(#[from] watch_index::Error),
+
+    /// Some copies of a fan-out failed (runtime feature); each failure was reported on its own.
+    #[cfg(feature = "runtime")]
+    #[error("{what}: {failed} of {total} copies failed")]
+    Incomplete {
+        /// The ConfigSync or kopy source.
+        what: String,
+        /// Steps that failed.
+        failed: usize,
+        /// Steps in all.
+        total: usize,
+    },
+
+    /// A kind the decision needs has not been listed yet (runtime feature); retried.
+    #[cfg(feature = "runtime")]
+    #[error("{what} not listed yet")]
+    NotListed {
+        /// The kind.
+        what: &'static str,
+    },
+
+    /// The ConfigSync finalizer could not be handled (runtime feature).
+    #[cfg(feature = "runtime")]
+    #[error("finalizer: {0}")]
+    Finalizer(&'static str),
 }
 
 /// The details of [`Error::SecretTypeConflict`].
@@ -98,6 +130,14 @@ impl Error {
             Error::KindMismatch { .. } => "KindMismatch",
             Error::Refused(_) | Error::UntrustedSyncSource { .. } => "Refused",
             Error::InvalidSelector { .. } => "InvalidSelector",
+            #[cfg(feature = "runtime")]
+            Error::Kube(err) => err.reason(),
+            #[cfg(feature = "runtime")]
+            Error::Incomplete { .. } => "Incomplete",
+            #[cfg(feature = "runtime")]
+            Error::Finalizer(_) => "FinalizerFailed",
+            #[cfg(feature = "runtime")]
+            Error::NotListed { .. } => "NotListed",
         }
     }
 }

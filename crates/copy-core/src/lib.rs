@@ -9,6 +9,8 @@ pub mod fan_out;
 pub mod glob;
 pub mod ownership;
 pub mod plan;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod source;
 pub mod status;
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::source::{SourceRef, hex};
+use crate::source::{SourceKind, SourceRef, hex};
 
 /// Field manager of every server-side apply conflux makes on copies.
 pub const FIELD_MANAGER: &str = "conflux";
@@ -129,6 +129,17 @@ pub fn source_annotation(source: &SourceRef) -> String {
     source.to_string()
 }
 
+/// The source named by a copy's [`SOURCE_ANNOTATION`] (`Kind/namespace/name`), if it parses.
+pub fn parse_source_annotation(value: &str) -> Option<SourceRef> {
+    let mut parts = value.splitn(3, '/');
+    let (kind, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+    let kind = SourceKind::of_object("v1", kind)?;
+    if namespace.is_empty() || name.is_empty() {
+        return None;
+    }
+    Some(SourceRef::new(kind, namespace, name))
+}
+
 /// True when `labels` carry conflux's managed-by label (a copy of some owner, maybe not ours).
 pub fn is_managed(labels: Option<&BTreeMap<String, String>>) -> bool {
     labels
@@ -238,6 +249,30 @@ mod tests {
             TEMPLATE_HASH_ANNOTATION,
         ] {
             assert!(patch["metadata"]["annotations"].get(key).is_some());
+        }
+    }
+}
+
+#[cfg(test)]
+mod source_annotation_tests {
+    use super::*;
+
+    #[test]
+    fn source_annotation_round_trips_and_rejects_junk() {
+        let source = SourceRef::new(SourceKind::Secret, "flux-system", "ghcr");
+        assert_eq!(
+            parse_source_annotation(&source_annotation(&source)),
+            Some(source)
+        );
+        for bad in [
+            "",
+            "Secret",
+            "Secret/ns",
+            "Pod/ns/x",
+            "Secret//x",
+            "Secret/ns/",
+        ] {
+            assert_eq!(parse_source_annotation(bad), None, "{bad}");
         }
     }
 }

@@ -1,10 +1,9 @@
-//! The controllers of `conflux run` and what they share (telemetry, metrics, health), as a
-//! library so the end-to-end tests can run them in-process against a real API server.
+//! The wiring of `conflux run` (flags, the library runtimes, metrics and health endpoints,
+//! telemetry), as a library so tests can check the flags in-process.
 //!
-//! The decisions live in the pure crates (`watch-index`, `copy-core`, `postbuild-subst`,
-//! `reloader`); this crate observes the cluster, asks them, applies the difference and reports.
+//! Decisions live in the pure halves of `watch-index`, `copy-core`, `postbuild-subst` and
+//! `reloader`; watches, schedulers and executors in their `runtime` halves. This crate only wires.
 
-pub mod controllers;
 pub mod metrics;
 pub mod run;
 pub mod telemetry;

@@ -1,21 +1,81 @@
-//! `conflux run`: flags, start-up checks, and the controllers' lifetime.
+//! `conflux run`: flags, start-up checks, and the wiring of the library runtimes: one client, one
+//! [`Runtime`], one shared watch of ConfigMaps and one of Secrets, and the controllers on them.
 
 use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
+use copy_core::runtime::copy::{self, CopyConfig};
+use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
+use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
+use watch_index::runtime::flux::{self, FluxTriggerConfig};
+use watch_index::runtime::{ConfigWatches, Runtime};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
 
-use crate::controllers::ControllerName;
-use crate::controllers::copy::{self, CopyConfig};
-use crate::controllers::flux_trigger::{self, FluxTriggerConfig};
-use crate::controllers::reload::{self, ReloadConfig};
-use crate::controllers::sync::{self, SyncConfig};
-use crate::metrics::{self, Endpoints, Health, Metrics};
+use crate::metrics::{self, Endpoints, Metrics};
 use crate::telemetry::{self, LogEncoding};
+
+/// The controllers `--controllers` can name (docs/design.md section 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ControllerName {
+    /// Pull copies (`fluxcd.controlplane.io/copyFrom`).
+    Copy,
+    /// Fan-out sync (`ConfigSync`, kopy annotations).
+    Sync,
+    /// Workload rollouts on config change.
+    Reload,
+    /// `reconcile.fluxcd.io/requestedAt` on Flux objects whose referenced config changed.
+    FluxTrigger,
+}
+
+impl ControllerName {
+    /// Every controller, in the order `--help` lists them.
+    pub const ALL: [ControllerName; 4] = [
+        ControllerName::Copy,
+        ControllerName::Sync,
+        ControllerName::Reload,
+        ControllerName::FluxTrigger,
+    ];
+
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ControllerName::Copy => "copy",
+            ControllerName::Sync => "sync",
+            ControllerName::Reload => "reload",
+            ControllerName::FluxTrigger => "flux-trigger",
+        }
+    }
+}
+
+impl fmt::Display for ControllerName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ControllerName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ControllerName::ALL
+            .into_iter()
+            .find(|c| c.as_str() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = ControllerName::ALL.iter().map(|c| c.as_str()).collect();
+                format!(
+                    "unknown controller '{s}', expected one of: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
 
 /// Flux's default for `--watch-configs-label-selector`.
 pub const DEFAULT_WATCH_CONFIGS_LABEL_SELECTOR: &str = "reconcile.fluxcd.io/watch=Enabled";
@@ -64,8 +124,8 @@ pub struct RunArgs {
     /// Coalescing window of the reload controller: a ConfigMap/Secret change waits this long for
     /// others before its workloads are evaluated, so changes made together roll once (`0`, `300ms`,
     /// `2s`, ...).
-    #[arg(long, default_value = "2s", value_parser = reload::parse_duration)]
-    pub reload_debounce: std::time::Duration,
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub reload_debounce: Duration,
 
     /// Rollouts per second the reload controller may start, cluster-wide.
     #[arg(long, default_value_t = 5.0)]
@@ -95,6 +155,11 @@ pub struct RunArgs {
     /// Address of the /healthz and /readyz endpoints (`0` disables it).
     #[arg(long, default_value = ":9440")]
     pub health_addr: String,
+
+    /// Liveness (`/healthz`) fails when a controller has left watch events unread this long: it
+    /// is wedged, and a restart helps. An unreachable API server only makes it not ready.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub liveness_stall_timeout: Duration,
 }
 
 /// `--trigger-mode` values.
@@ -128,6 +193,9 @@ pub struct RunPlan {
     pub sync: SyncConfig,
     /// Configuration of the reload controller.
     pub reload: ReloadConfig,
+    /// The namespace of the shared ConfigMap/Secret watches, or `None` for all. Cluster-wide when
+    /// the copy controller runs (sources may be anywhere) or every namespace is watched.
+    pub configs_namespace: Option<String>,
 }
 
 impl RunArgs {
@@ -136,17 +204,6 @@ impl RunArgs {
         let controllers: BTreeSet<ControllerName> = self.controllers.iter().copied().collect();
         if controllers.is_empty() {
             bail!("--controllers names no controller");
-        }
-        let missing: Vec<&str> = controllers
-            .iter()
-            .filter(|c| !c.is_implemented())
-            .map(|c| c.as_str())
-            .collect();
-        if !missing.is_empty() {
-            bail!(
-                "controller(s) {} not implemented yet in this build; run with --controllers=flux-trigger",
-                missing.join(", ")
-            );
         }
         let config_selector = Selector::parse(&self.watch_configs_label_selector).map_err(|e| {
             anyhow::anyhow!(
@@ -176,6 +233,9 @@ impl RunArgs {
         if self.reload_burst == 0 {
             bail!("--reload-burst must be at least 1");
         }
+        if self.liveness_stall_timeout < Duration::from_secs(1) {
+            bail!("--liveness-stall-timeout must be at least 1s");
+        }
         metrics::parse_bind_addr("--metrics-addr", &self.metrics_addr)?;
         metrics::parse_bind_addr("--health-addr", &self.health_addr)?;
         let sync_source_namespaces: Vec<String> = self
@@ -184,7 +244,13 @@ impl RunArgs {
             .map(|ns| ns.trim().to_owned())
             .filter(|ns| !ns.is_empty())
             .collect();
+        let configs_namespace = if controllers.contains(&ControllerName::Copy) {
+            None
+        } else {
+            namespace.clone()
+        };
         Ok(RunPlan {
+            configs_namespace,
             controllers,
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
@@ -219,54 +285,63 @@ impl RunArgs {
     }
 }
 
-/// Runs the controllers until SIGTERM or SIGINT.
+/// Runs the controllers until SIGTERM or SIGINT. An unreachable API server is not a reason to
+/// exit: every watch and start-up step retries with backoff, and `/readyz` says what is missing.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let plan = args.plan()?;
     telemetry::init(&args.log_level, args.log_encoding)?;
+    // Building the client reads the kubeconfig or the in-cluster files; no request is made yet.
     let client = kube::Client::try_default()
         .await
         .context("cannot build a Kubernetes client (in-cluster config or KUBECONFIG)")?;
+    let runtime = Runtime::new(client).with_stall_after(args.liveness_stall_timeout);
 
-    let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
+    let metrics = Metrics::default();
     let mut registry = Registry::default();
-    metrics.register(&mut registry);
+    metrics.register(runtime.metrics(), &mut registry);
     let registry = Arc::new(registry);
+    let health = runtime.health().clone();
     if let Some(addr) = metrics::parse_bind_addr("--metrics-addr", &args.metrics_addr)? {
         let bound =
             metrics::serve(addr, Endpoints::Metrics, registry.clone(), health.clone()).await?;
         info!(addr = %bound, "serving metrics");
     }
     if let Some(addr) = metrics::parse_bind_addr("--health-addr", &args.health_addr)? {
-        let bound =
-            metrics::serve(addr, Endpoints::Health, registry.clone(), health.clone()).await?;
+        let bound = metrics::serve(addr, Endpoints::Health, registry.clone(), health).await?;
         info!(addr = %bound, "serving health probes");
     }
 
-    let controllers: Vec<&str> = plan.controllers.iter().map(|c| c.as_str()).collect();
-    info!(controllers = %controllers.join(","), "starting controllers");
+    let names: Vec<&str> = plan.controllers.iter().map(|c| c.as_str()).collect();
+    info!(controllers = %names.join(","), "starting controllers");
+    let configs = ConfigWatches::start(&runtime, plan.configs_namespace.as_deref());
     let mut tasks = tokio::task::JoinSet::new();
-    if plan.controllers.contains(&ControllerName::FluxTrigger) {
-        let ctx =
-            flux_trigger::Context::new(client.clone(), plan.flux_trigger.clone(), metrics.clone());
-        let health = health.part();
-        tasks.spawn(async move { flux_trigger::run(ctx, health).await });
-    }
-    if plan.controllers.contains(&ControllerName::Copy) {
-        let ctx = copy::Context::new(client.clone(), plan.copy.clone(), metrics.clone());
-        let health = health.part();
-        tasks.spawn(async move { copy::run(ctx, health).await });
-    }
-    if plan.controllers.contains(&ControllerName::Sync) {
-        let ctx = sync::Context::new(client.clone(), plan.sync.clone(), metrics.clone());
-        let health = health.part();
-        tasks.spawn(async move { sync::run(ctx, health).await });
-    }
-
-    if plan.controllers.contains(&ControllerName::Reload) {
-        let ctx = reload::Context::new(client.clone(), plan.reload.clone(), metrics.clone());
-        let health = health.part();
-        tasks.spawn(async move { reload::run(ctx, health).await });
+    let client = runtime.client();
+    for controller in &plan.controllers {
+        let (rt, configs) = (runtime.clone(), configs.clone());
+        match controller {
+            ControllerName::FluxTrigger => {
+                let (config, m) = (plan.flux_trigger.clone(), metrics.flux.clone());
+                tasks.spawn(flux::run(rt, configs, config, m));
+            }
+            ControllerName::Copy => {
+                let ctx =
+                    copy::Context::new(client.clone(), plan.copy.clone(), metrics.copy.clone());
+                tasks.spawn(copy::run(rt, configs, ctx));
+            }
+            ControllerName::Sync => {
+                let ctx =
+                    sync::Context::new(client.clone(), plan.sync.clone(), metrics.copy.clone());
+                tasks.spawn(sync::run(rt, configs, ctx));
+            }
+            ControllerName::Reload => {
+                let ctx = reload::Context::new(
+                    client.clone(),
+                    plan.reload.clone(),
+                    metrics.reload.clone(),
+                );
+                tasks.spawn(reload::run(rt, configs, ctx));
+            }
+        }
     }
 
     tokio::select! {
@@ -276,9 +351,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Ok(())
         }
         Some(result) = tasks.join_next() => {
+            // Controllers run until the process ends; one that stops is a bug (a panic).
             let err = match result {
-                Ok(Ok(())) => anyhow::anyhow!("a controller stopped unexpectedly"),
-                Ok(Err(err)) => err,
+                Ok(()) => anyhow::anyhow!("a controller stopped unexpectedly"),
                 Err(join) => anyhow::anyhow!("a controller panicked: {join}"),
             };
             error!(error = %format!("{err:#}"), "controller failed");

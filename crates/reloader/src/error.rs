@@ -3,6 +3,7 @@
 /// Everything that can go wrong in this crate. Never carries ConfigMap or Secret data: only
 /// annotation keys, the patterns users wrote, and object names.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// An entry of a `configmap.reloader.stakater.com/reload` (or secret) list is not a valid regex.
     /// Reloader compares such an entry literally with the config name, and so do we; the error is
@@ -16,13 +17,40 @@ pub enum Error {
         /// What the regex parser said.
         reason: String,
     },
+    /// Reading a config or writing a workload failed (runtime feature); the message names the
+    /// object, never its data.
+    #[cfg(feature = "runtime")]
+    #[error(transparent)]
+    Kube(#[from] watch_index::Error),
+    /// The workload's kind is not served by this cluster (runtime feature).
+    #[cfg(feature = "runtime")]
+    #[error("{kind} is not served by this cluster")]
+    KindNotServed {
+        /// The kind.
+        kind: crate::WorkloadKind,
+    },
 }
 
 impl Error {
+    /// A stable reason for logs and Events.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidPattern { .. } => "InvalidPattern",
+            #[cfg(feature = "runtime")]
+            Error::Kube(err) => err.reason(),
+            #[cfg(feature = "runtime")]
+            Error::KindNotServed { .. } => "KindNotServed",
+        }
+    }
+
     /// A short, stable label for metrics and Event reasons.
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::InvalidPattern { .. } => "invalid_pattern",
+            #[cfg(feature = "runtime")]
+            Error::Kube(_) => "api_error",
+            #[cfg(feature = "runtime")]
+            Error::KindNotServed { .. } => "kind_not_served",
         }
     }
 }

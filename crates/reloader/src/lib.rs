@@ -7,6 +7,8 @@
 //! - [`hash`]: the SHA-256 content hash over exactly what the pods read.
 //! - [`patch`]: the rollout decision and its server-side-apply patch.
 //! - [`index`]: config → workloads, on watch-index's reverse index.
+//! - `runtime` (feature `runtime`): the controller itself, to embed: shared watches in, rollouts
+//!   out, with the coalescing window and the cluster-wide rate limit.
 //!
 //! The crate does no I/O: no client, no clock, no tasks (DESIGN.md section 1 and 5).
 
@@ -16,6 +18,8 @@ pub mod hash;
 pub mod index;
 pub mod opt_in;
 pub mod patch;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod workload;
 
 pub use error::{Error, Result};

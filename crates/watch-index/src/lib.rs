@@ -5,9 +5,13 @@
 mod error;
 pub mod index;
 pub mod refs;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod selector;
 pub mod trigger;
 
+#[cfg(feature = "runtime")]
+pub use error::ApiError;
 pub use error::Error;
 
 /// `Result` with this crate's [`Error`].

@@ -10,16 +10,17 @@ use std::time::Duration;
 
 use conflux_tests::{Cluster, eventually, repo_root};
 use copy_core::ConfigSync;
+use copy_core::runtime::CopyMetrics;
+use copy_core::runtime::copy::{self, CopyConfig};
+use copy_core::runtime::sync::{self, SyncConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use operator_bin::controllers::copy::{self, CopyConfig};
-use operator_bin::controllers::sync::{self, SyncConfig};
-use operator_bin::metrics::{Health, Metrics};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
+use watch_index::runtime::{ConfigWatches, Runtime};
 use watch_index::selector::Selector;
 
 /// The label that shards objects between operators, as Flux does; each test has its own value.
@@ -103,8 +104,9 @@ impl Operator {
     ) -> Self {
         let client = cluster.client().await;
         let selector = Selector::parse(&format!("{SHARD}={shard}")).expect("shard selector");
-        let metrics = Arc::new(Metrics::default());
-        let health = Arc::new(Health::default());
+        let metrics = Arc::new(CopyMetrics::default());
+        let runtime = Runtime::new(client.clone());
+        let configs = ConfigWatches::start(&runtime, None);
         let copy_ctx = copy::Context::new(
             client.clone(),
             CopyConfig {
@@ -124,22 +126,10 @@ impl Operator {
             },
             metrics,
         );
-        let copy_task = {
-            let health = health.clone();
-            tokio::spawn(async move {
-                if let Err(err) = copy::run(copy_ctx, health).await {
-                    panic!("copy controller failed: {err:#}");
-                }
-            })
-        };
-        let sync_task = {
-            let health = health.clone();
-            tokio::spawn(async move {
-                if let Err(err) = sync::run(sync_ctx, health).await {
-                    panic!("sync controller failed: {err:#}");
-                }
-            })
-        };
+        let copy_task = tokio::spawn(copy::run(runtime.clone(), configs.clone(), copy_ctx));
+        let sync_task = tokio::spawn(sync::run(runtime.clone(), configs, sync_ctx));
+        let health = runtime.health().clone();
+        drop(runtime);
         eventually("operator ready", Duration::from_secs(60), || {
             let ready = health.is_ready();
             async move { ready.then_some(()) }

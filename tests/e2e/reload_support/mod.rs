@@ -13,10 +13,12 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use operator_bin::controllers::reload::{self, Context, ReloadConfig};
-use operator_bin::metrics::{DecisionLabels, Health, Metrics, RolloutLabels};
+use reloader::runtime::{
+    self as reload, Context, DecisionLabels, ReloadConfig, ReloadMetrics, RolloutLabels,
+};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
+use watch_index::runtime::{ConfigWatches, Runtime};
 
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "conflux-test";
@@ -32,14 +34,14 @@ pub struct Running {
     /// Its task (abort it to "stop conflux").
     pub task: JoinHandle<()>,
     /// Its metrics.
-    pub metrics: Arc<Metrics>,
+    pub metrics: Arc<ReloadMetrics>,
 }
 
 impl Running {
     /// Successful rollouts of Deployments so far.
     pub fn rollouts(&self) -> u64 {
         self.metrics
-            .reload_rollouts
+            .rollouts
             .get_or_create(&RolloutLabels {
                 kind: "Deployment".into(),
                 result: "success".into(),
@@ -50,7 +52,7 @@ impl Running {
     /// Evaluations that ended with `action` so far.
     pub fn decisions(&self, action: &str) -> u64 {
         self.metrics
-            .reload_decisions
+            .decisions
             .get_or_create(&DecisionLabels {
                 action: action.into(),
             })
@@ -111,17 +113,12 @@ pub async fn start_with(cluster: &Cluster, config: ReloadConfig) -> Running {
 /// Starts the controller with `client` (e.g. a user with few permissions) and waits until it is
 /// ready.
 pub async fn start_as(client: Client, config: ReloadConfig) -> Running {
-    let metrics = Arc::new(Metrics::default());
-    let health = Arc::new(Health::default());
+    let metrics = Arc::new(ReloadMetrics::default());
+    let runtime = Runtime::new(client.clone());
+    let configs = ConfigWatches::start(&runtime, config.namespace.as_deref());
+    let health = runtime.health().clone();
     let ctx = Context::new(client, config, metrics.clone());
-    let task = {
-        let health = health.clone();
-        tokio::spawn(async move {
-            if let Err(err) = reload::run(ctx, health).await {
-                panic!("reload failed: {err:#}");
-            }
-        })
-    };
+    let task = tokio::spawn(reload::run(runtime, configs, ctx));
     eventually("reload ready", Duration::from_secs(60), || {
         let ready = health.is_ready();
         async move { ready.then_some(()) }

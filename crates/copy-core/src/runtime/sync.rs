@@ -22,17 +22,6 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
-use copy_core::config_sync::FINALIZER;
-use copy_core::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
-use copy_core::ownership::{
-    CONFIG_SYNC_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_ANNOTATION,
-    SOURCE_NAME_LABEL, label_value,
-};
-use copy_core::status::SyncOutcome;
-use copy_core::{
-    ConfigObject, ConfigSync, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion,
-    plan_sync,
-};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -44,14 +33,26 @@ use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
+use watch_index::runtime::configs::ConfigResource;
+use watch_index::runtime::events::{bounded, publish, recorder};
+use watch_index::runtime::{ConfigWatches, Health, Informer, Runtime, sharded};
 use watch_index::selector::Selector;
 
-use super::common::{ConfigResource, concurrency, publish, recorder, sharded};
-use super::copy::{
-    Backoff, Error as CopyError, RESYNC_INTERVAL, api_err, apply, delete, get_object, merge_patch,
-    object_reference, recreate, wait_until_ready,
+use super::copy::RESYNC_INTERVAL;
+use super::executor::{
+    Backoff, apply, delete, get_object, list_objects, merge_patch, object_reference, recreate,
 };
-use crate::metrics::{ApplyLabels, Health, Metrics};
+use super::{ApplyLabels, CopyMetrics, concurrency};
+use crate::config_sync::FINALIZER;
+use crate::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
+use crate::ownership::{
+    CONFIG_SYNC_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_ANNOTATION,
+    SOURCE_NAME_LABEL, parse_source_annotation,
+};
+use crate::status::SyncOutcome;
+use crate::{
+    ConfigSync, Error, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion, plan_sync,
+};
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -68,30 +69,18 @@ pub struct SyncConfig {
     pub namespace: Option<String>,
 }
 
-/// Errors of one reconcile. Messages never contain data.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Reading or writing failed, or the sync is refused or incomplete.
-    #[error(transparent)]
-    Sync(#[from] CopyError),
-    /// Some targets failed; the status lists them.
-    #[error("{0}")]
-    Partial(String),
-    /// Adding or removing the finalizer, or the deletion policy, failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-}
-
 /// Shared state of the controller.
 pub struct Context {
     client: Client,
     config: SyncConfig,
-    metrics: Arc<Metrics>,
+    metrics: Arc<CopyMetrics>,
     recorder: Recorder,
     backoff: Backoff,
     /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
     /// removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
     kopy_owners: RwLock<HashSet<SourceRef>>,
+    /// Every namespace (metadata), from the shared watch: the fan-out's targets.
+    namespaces: RwLock<Option<Informer<PartialObjectMeta<Namespace>>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -104,63 +93,88 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// A context for one controller instance.
-    pub fn new(client: Client, config: SyncConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(client: Client, config: SyncConfig, metrics: Arc<CopyMetrics>) -> Arc<Self> {
         Arc::new(Context {
-            recorder: recorder(&client),
+            recorder: recorder(&client, "conflux"),
             client,
             config,
             metrics,
             backoff: Backoff::default(),
             kopy_owners: RwLock::new(HashSet::new()),
+            namespaces: RwLock::new(None),
         })
+    }
+
+    /// Every namespace, once listed: an empty or partial list would prune every copy.
+    fn namespaces(&self) -> Result<Vec<Arc<PartialObjectMeta<Namespace>>>, Error> {
+        let informer = self
+            .namespaces
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        match informer {
+            Some(informer) if informer.has_listed() => Ok(informer.store().state()),
+            _ => Err(Error::NotListed { what: "Namespaces" }),
+        }
     }
 }
 
-/// Runs the controller (ConfigSyncs, and kopy sources of both kinds) until it fails.
-pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
-    let syncs = run_config_syncs(ctx.clone(), health);
-    let kopy_config_maps = run_kopy::<ConfigMap>(ctx.clone(), SourceKind::ConfigMap);
-    let kopy_secrets = run_kopy::<Secret>(ctx, SourceKind::Secret);
-    tokio::select! {
-        () = syncs => anyhow::bail!("sync controller for ConfigSyncs stopped"),
-        () = kopy_config_maps => anyhow::bail!("sync controller for kopy ConfigMaps stopped"),
-        () = kopy_secrets => anyhow::bail!("sync controller for kopy Secrets stopped"),
-    }
+/// Runs the controller (ConfigSyncs, and kopy sources of both kinds) until the process ends;
+/// readiness is a `sync` part of the runtime's health. A missing ConfigSync CRD is retried with
+/// backoff (and readiness says so) rather than ending the process.
+pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
+    let health = runtime.health().part("sync");
+    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.informer(
+        Api::all(ctx.client.clone()),
+        watcher::Config::default(),
+        "Namespace",
+        &health,
+    );
+    *ctx.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Some(namespaces.clone());
+    let syncs: Informer<ConfigSync> = runtime.informer(
+        Api::all(ctx.client.clone()),
+        sharded(&ctx.config.object_selector),
+        crate::config_sync::KIND,
+        &health,
+    );
+    tokio::join!(
+        run_config_syncs(ctx.clone(), &syncs, &namespaces, &configs),
+        run_kopy::<ConfigMap>(ctx.clone(), &namespaces, &configs, &health),
+        run_kopy::<Secret>(ctx, &namespaces, &configs, &health),
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
 // ConfigSync
 
-async fn run_config_syncs(ctx: Arc<Context>, health: Arc<Health>) {
-    let client = ctx.client.clone();
-    let controller = Controller::new(
-        Api::<ConfigSync>::all(client.clone()),
-        sharded(&ctx.config.object_selector),
-    )
-    .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
-    let store = controller.store();
+async fn run_config_syncs(
+    ctx: Arc<Context>,
+    syncs: &Informer<ConfigSync>,
+    namespaces: &Informer<PartialObjectMeta<Namespace>>,
+    configs: &ConfigWatches,
+) {
+    let store = syncs.store();
     let (all, cms, secrets) = (store.clone(), store.clone(), store.clone());
-    let controller = controller
-        .watches(
-            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-            watcher::Config::default(),
+    let controller = Controller::for_shared_stream(syncs.subscribe("sync").touched(), store)
+        .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
+        .watches_shared_stream(
+            namespaces.subscribe("sync namespaces").touched(),
             move |_ns| every_sync(&all),
         )
-        .watches(
-            Api::<PartialObjectMeta<ConfigMap>>::all(client.clone()),
-            watcher::Config::default(),
+        .watches_shared_stream(
+            configs
+                .informer::<ConfigMap>()
+                .subscribe("sync ConfigMap")
+                .touched(),
             move |meta| syncs_concerned(&cms, SourceKind::ConfigMap, &meta.metadata),
         )
-        .watches(
-            Api::<PartialObjectMeta<Secret>>::all(client),
-            watcher::Config::default(),
+        .watches_shared_stream(
+            configs
+                .informer::<Secret>()
+                .subscribe("sync Secret")
+                .touched(),
             move |meta| syncs_concerned(&secrets, SourceKind::Secret, &meta.metadata),
         );
-    tokio::spawn(async move {
-        wait_until_ready(&store).await;
-        info!("sync: ConfigSyncs listed");
-        health.set_ready(true);
-    });
     controller
         .run(reconcile_sync, sync_error_policy, ctx)
         .for_each(|result| async move {
@@ -179,8 +193,9 @@ fn every_sync(store: &Store<ConfigSync>) -> Vec<KubeObjectRef<ConfigSync>> {
         .collect()
 }
 
-/// The ConfigSyncs an event on a ConfigMap/Secret concerns: it is their source, one of their copies,
-/// or named like their copies (a conflicting object may have appeared or gone).
+/// The ConfigSyncs an event on a ConfigMap/Secret concerns ([`ConfigSyncSpec::concerns`]).
+///
+/// [`ConfigSyncSpec::concerns`]: crate::ConfigSyncSpec::concerns
 fn syncs_concerned(
     store: &Store<ConfigSync>,
     kind: SourceKind,
@@ -188,16 +203,17 @@ fn syncs_concerned(
 ) -> Vec<KubeObjectRef<ConfigSync>> {
     let namespace = meta.namespace.as_deref().unwrap_or_default();
     let name = meta.name.as_deref().unwrap_or_default();
-    let owner = meta.labels.as_ref().and_then(|l| l.get(CONFIG_SYNC_LABEL));
+    let owner = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(CONFIG_SYNC_LABEL))
+        .map(String::as_str);
     store
         .state()
         .iter()
         .filter(|cs| {
-            let spec = &cs.spec;
-            spec.source.kind == kind
-                && ((spec.source.namespace == namespace && spec.source.name == name)
-                    || spec.target_name() == name
-                    || owner.is_some_and(|o| *o == label_value(&cs.name_any())))
+            cs.spec
+                .concerns(&cs.name_any(), kind, namespace, name, owner)
         })
         .map(|cs| KubeObjectRef::from_obj(&**cs))
         .collect()
@@ -206,7 +222,7 @@ fn syncs_concerned(
 fn sync_error_policy(cs: Arc<ConfigSync>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("ConfigSync/{}", cs.name_any());
     let delay = ctx.backoff.next(key.clone());
-    warn!(config_sync = %key, error = %err, retry_in = ?delay, "sync: not in sync");
+    warn!(config_sync = %key, reason = err.reason(), error = %err, retry_in = ?delay, "sync: not in sync");
     Action::requeue(delay)
 }
 
@@ -219,7 +235,21 @@ async fn reconcile_sync(cs: Arc<ConfigSync>, ctx: Arc<Context>) -> Result<Action
         }
     })
     .await
-    .map_err(|e| Error::Finalizer(Box::new(e)))
+    .map_err(finalizer_error)
+}
+
+/// The reconcile's own error, or what went wrong with the finalizer.
+fn finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error {
+    use kube::runtime::finalizer::Error as F;
+    match err {
+        F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+        F::AddFinalizer(e) => watch_index::Error::api("adding the ConfigSync finalizer")(e).into(),
+        F::RemoveFinalizer(e) => {
+            watch_index::Error::api("removing the ConfigSync finalizer")(e).into()
+        }
+        F::UnnamedObject => Error::Finalizer("object has no name"),
+        _ => Error::Finalizer("invalid finalizer"),
+    }
 }
 
 /// The Event reference of a ConfigSync. ConfigSyncs are cluster-scoped and their Events live in
@@ -248,28 +278,26 @@ async fn apply_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
                     "Sync",
                 )
                 .await;
-                return Err(err.into());
+                return Err(err);
             }
         },
         Err(problem) => SyncOutcome::failed_with(problem),
     };
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status =
-        copy_core::status::status(&outcome, cs.metadata.generation, now, cs.status.as_ref());
+    let status = crate::status::status(&outcome, cs.metadata.generation, now, cs.status.as_ref());
     if cs.status.as_ref() != Some(&status) {
         let body = serde_json::json!({
-            "apiVersion": format!("{}/{}", copy_core::config_sync::GROUP, copy_core::config_sync::VERSION),
-            "kind": copy_core::config_sync::KIND,
+            "apiVersion": format!("{}/{}", crate::config_sync::GROUP, crate::config_sync::VERSION),
+            "kind": crate::config_sync::KIND,
             "status": status,
         });
-        Api::<ConfigSync>::all(ctx.client.clone())
-            .patch_status(
-                &name,
-                &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(&body),
-            )
-            .await
-            .map_err(api_err(format!("writing status of ConfigSync {name}")))?;
+        let api = Api::<ConfigSync>::all(ctx.client.clone());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        bounded(
+            format!("writing status of ConfigSync {name}"),
+            api.patch_status(&name, &params, &Patch::Apply(&body)),
+        )
+        .await?;
     }
     finish(ctx, &format!("ConfigSync/{name}"), &reference, &outcome).await
 }
@@ -282,7 +310,6 @@ async fn finish(
     reference: &ObjectReference,
     outcome: &SyncOutcome,
 ) -> Result<Action, Error> {
-    let (_, reason, message) = outcome.ready();
     if let Some(problem) = &outcome.problem {
         publish(
             &ctx.recorder,
@@ -293,10 +320,14 @@ async fn finish(
             "Sync",
         )
         .await;
-        return Err(Error::Sync(problem.clone().into()));
+        return Err(problem.clone());
     }
     if outcome.failed > 0 {
-        return Err(Error::Partial(format!("{reason}: {message}")));
+        return Err(Error::Incomplete {
+            what: key.to_owned(),
+            failed: outcome.failed as usize,
+            total: (outcome.failed + outcome.synced) as usize,
+        });
     }
     ctx.backoff.reset(key);
     Ok(Action::requeue(RESYNC_INTERVAL))
@@ -319,19 +350,17 @@ async fn cleanup_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
     let reference = config_sync_reference(cs);
     let outcome = execute(ctx, fan_out.source.kind, &reference, steps, None).await;
     if outcome.failed > 0 {
-        return Err(Error::Partial(format!(
-            "deletion policy {:?} failed on {} copies",
-            fan_out.deletion_policy, outcome.failed
-        )));
+        return Err(Error::Incomplete {
+            what: format!(
+                "ConfigSync/{name} deletion policy {:?}",
+                fan_out.deletion_policy
+            ),
+            failed: outcome.failed as usize,
+            total: count,
+        });
     }
     info!(config_sync = %name, copies = count, policy = ?fan_out.deletion_policy, "sync: ConfigSync deleted, deletion policy applied");
     Ok(Action::await_change())
-}
-
-impl From<copy_core::Error> for Error {
-    fn from(err: copy_core::Error) -> Self {
-        Error::Sync(CopyError::Copy(err))
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -342,7 +371,7 @@ async fn fan_out_once(
     ctx: &Context,
     fan_out: &FanOut,
     reference: &ObjectReference,
-) -> Result<SyncOutcome, CopyError> {
+) -> Result<SyncOutcome, Error> {
     let source_ref = &fan_out.source;
     let source = get_object(
         &ctx.client,
@@ -351,11 +380,8 @@ async fn fan_out_once(
         &source_ref.name,
     )
     .await?;
-    let namespaces = Api::<PartialObjectMeta<Namespace>>::all(ctx.client.clone())
-        .list_metadata(&ListParams::default())
-        .await
-        .map_err(api_err("listing namespaces"))?;
-    let views = namespaces.items.iter().map(|ns| {
+    let namespaces = ctx.namespaces()?;
+    let views = namespaces.iter().map(|ns| {
         let mut view = NamespaceView::new(ns.metadata.name.as_deref().unwrap_or_default())
             .terminating(ns.metadata.deletion_timestamp.is_some());
         if let Some(labels) = &ns.metadata.labels {
@@ -392,33 +418,6 @@ fn owner_list(fan_out: &FanOut) -> ListParams {
     ListParams::default().labels(&fan_out.owner.selector())
 }
 
-/// Lists ConfigMaps or Secrets in every namespace, with their data (read for this reconcile only).
-async fn list_objects(
-    client: &Client,
-    kind: SourceKind,
-    params: &ListParams,
-) -> Result<Vec<ConfigObject>, CopyError> {
-    let action = || format!("listing {kind}s");
-    Ok(match kind {
-        SourceKind::ConfigMap => Api::<ConfigMap>::all(client.clone())
-            .list(params)
-            .await
-            .map_err(api_err(action()))?
-            .items
-            .into_iter()
-            .map(ConfigObject::from)
-            .collect(),
-        SourceKind::Secret => Api::<Secret>::all(client.clone())
-            .list(params)
-            .await
-            .map_err(api_err(action()))?
-            .items
-            .into_iter()
-            .map(ConfigObject::from)
-            .collect(),
-    })
-}
-
 /// Executes `steps`, `--concurrent` at a time, and records each result.
 async fn execute(
     ctx: &Context,
@@ -428,7 +427,7 @@ async fn execute(
     outcome: Option<SyncOutcome>,
 ) -> SyncOutcome {
     let mut outcome = outcome.unwrap_or_default();
-    let results: Vec<(Step, Result<(), CopyError>)> = futures::stream::iter(steps)
+    let results: Vec<(Step, Result<(), Error>)> = futures::stream::iter(steps)
         .map(|step| async move {
             let result = execute_step(ctx, kind, reference, &step).await;
             (step, result)
@@ -451,7 +450,7 @@ async fn execute(
             (Step::Release { .. }, _) => "release",
         };
         ctx.metrics
-            .copy_applies
+            .applies
             .get_or_create(&ApplyLabels {
                 controller: "sync".to_owned(),
                 result: label.to_owned(),
@@ -498,7 +497,7 @@ async fn execute_step(
     kind: SourceKind,
     reference: &ObjectReference,
     step: &Step,
-) -> Result<(), CopyError> {
+) -> Result<(), Error> {
     let client = &ctx.client;
     match step {
         Step::Create { object } | Step::MarkOrphaned { object } => apply(client, object).await,
@@ -544,36 +543,68 @@ async fn execute_step(
 // ---------------------------------------------------------------------------------------------
 // kopy-annotated sources
 
-async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
-    let client = ctx.client.clone();
-    let sources: Api<PartialObjectMeta<K>> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let controller = Controller::new(sources.clone(), sharded(&ctx.config.object_selector))
-        .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)));
-    let store = controller.store();
+async fn run_kopy<K: ConfigResource>(
+    ctx: Arc<Context>,
+    namespaces: &Informer<PartialObjectMeta<Namespace>>,
+    configs: &ConfigWatches,
+    health: &Health,
+) {
+    let kind = SourceKind::from(K::KIND);
+    let informer = configs.informer::<K>();
+    let store = informer.store();
     let trusted = ctx.config.sync_source_namespaces.clone();
+    let source_ctx = ctx.clone();
+    // Sources: kopy-annotated ones in this shard, and those known to own copies (so removing the
+    // annotation releases them). Deletions come through too; the controller answers them with
+    // `ObjectNotFound`, handled below.
+    let sources = informer
+        .subscribe(&format!("kopy sources {kind}"))
+        .touched()
+        .filter(move |meta| {
+            let m = &meta.metadata;
+            let in_scope = source_ctx.config.object_selector.matches(&m.labels)
+                && source_ctx
+                    .config
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|ns| Some(ns) == m.namespace.as_ref());
+            let keep = in_scope
+                && (kopy_annotation(m.annotations.as_ref())
+                    || source_ctx
+                        .kopy_owners
+                        .read()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .contains(&SourceRef::new(
+                            kind,
+                            m.namespace.clone().unwrap_or_default(),
+                            m.name.clone().unwrap_or_default(),
+                        )));
+            async move { keep }
+        });
     let owners_ctx = ctx.clone();
-    let controller = controller
-        .watches(
-            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
-            watcher::Config::default(),
+    let copies = informer
+        .subscribe(&format!("kopy copies {kind}"))
+        .touched()
+        .filter(|meta| {
+            let labels = meta.metadata.labels.as_ref();
+            let ours = labels.is_some_and(|l| {
+                l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+                    && l.contains_key(SOURCE_NAME_LABEL)
+            });
+            async move { ours }
+        });
+    let controller = Controller::for_shared_stream(sources, store.clone())
+        .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
+        .watches_shared_stream(
+            namespaces
+                .subscribe(&format!("kopy namespaces {kind}"))
+                .touched(),
             move |_ns| kopy_sources(&store, &trusted),
         )
-        .watches(
-            Api::<PartialObjectMeta<K>>::all(client.clone()),
-            watcher::Config::default().labels(&format!(
-                "{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_NAME_LABEL}"
-            )),
-            move |meta| kopy_owner_of(&owners_ctx, kind, &meta.metadata),
-        )
-        // Deletions of kopy sources: the primary watch only reports live objects, this one also
-        // deleted ones, which the controller answers with `ObjectNotFound` (handled below).
-        .watches(sources, sharded(&ctx.config.object_selector), |meta| {
-            kopy_annotation(meta.metadata.annotations.as_ref())
-                .then(|| KubeObjectRef::from_obj(&meta))
+        .watches_shared_stream(copies, move |meta| {
+            kopy_owner_of(&owners_ctx, kind, &meta.metadata)
         });
+    let _ = health;
     let orphan_ctx = ctx.clone();
     controller
         .run(
@@ -605,7 +636,7 @@ async fn run_kopy<K: ConfigResource>(ctx: Arc<Context>, kind: SourceKind) {
 /// A kopy source is gone: its copies are kept (workloads keep running) and marked orphaned, and
 /// an Event says so.
 async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
-    let result: Result<usize, CopyError> = async {
+    let result: Result<usize, Error> = async {
         if get_object(&ctx.client, source.kind, &source.namespace, &source.name)
             .await?
             .is_some()
@@ -629,7 +660,7 @@ async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
                 &ctx.recorder,
                 &reference,
                 EventType::Warning,
-                copy_core::status::REASON_SOURCE_NOT_FOUND,
+                crate::status::REASON_SOURCE_NOT_FOUND,
                 format!("{source} was deleted; its {count} copies are kept and marked orphaned"),
                 "Sync",
             )
@@ -680,13 +711,13 @@ fn kopy_owner_of<K: ConfigResource>(
     meta: &kube::api::ObjectMeta,
 ) -> Option<KubeObjectRef<PartialObjectMeta<K>>> {
     let value = meta.annotations.as_ref()?.get(SOURCE_ANNOTATION)?;
-    let mut parts = value.splitn(3, '/');
-    let (_, namespace, name) = (parts.next()?, parts.next()?, parts.next()?);
+    let source = parse_source_annotation(value).filter(|s| s.kind == kind)?;
+    let reference = KubeObjectRef::new(&source.name).within(&source.namespace);
     ctx.kopy_owners
         .write()
         .unwrap_or_else(|p| p.into_inner())
-        .insert(SourceRef::new(kind, namespace, name));
-    Some(KubeObjectRef::new(name).within(namespace))
+        .insert(source);
+    Some(reference)
 }
 
 fn kopy_error_policy<K: ConfigResource>(
@@ -760,12 +791,14 @@ async fn release_kopy(
     let fan_out = FanOut::kopy(source_ref, Selector::nothing());
     let observed = list_objects(&ctx.client, source_ref.kind, &owner_list(&fan_out)).await?;
     let steps = plan_deletion(&fan_out, &observed);
+    let total = steps.len();
     let outcome = execute(ctx, source_ref.kind, reference, steps, None).await;
     if outcome.failed > 0 {
-        return Err(Error::Partial(format!(
-            "releasing the copies of {source_ref} failed on {} copies",
-            outcome.failed
-        )));
+        return Err(Error::Incomplete {
+            what: format!("releasing the copies of {source_ref}"),
+            failed: outcome.failed as usize,
+            total,
+        });
     }
     ctx.kopy_owners
         .write()

@@ -1,57 +1,125 @@
-//! The `reload` controller: roll Deployments, StatefulSets, DaemonSets and CronJobs whose
-//! ConfigMaps/Secrets changed, once per change, without fighting Flux over fields (DESIGN.md
-//! section 5). The decisions are the `reloader` crate's; this module observes, fetches, applies
-//! and reports.
+//! The reload controller, to embed (feature `runtime`): roll Deployments, StatefulSets,
+//! DaemonSets and CronJobs whose ConfigMaps/Secrets changed, once per change, without fighting
+//! Flux over fields (docs/design.md section 5). The decisions are this crate's pure modules; this
+//! one observes, fetches, applies and reports.
 //!
 //! Observe → decide → act:
-//! - Workloads are watched as full objects (the pod template is what says what they read) and
-//!   kept, when they opt in, in a [`ConsumerIndex`] and a cache of the objects themselves.
-//! - ConfigMaps and Secrets are watched metadata-only: their annotations (`ignore`, `match`) and
-//!   names are all the index needs. Data is read (GET) only when a workload is evaluated, only for
-//!   the configs it watches, and dropped once hashed; it is never cached or logged.
+//! - Workloads are watched as full objects (the pod template says what they read) through
+//!   watch-index's shared informers and kept, when they opt in, in a [`ConsumerIndex`] and a
+//!   cache of the objects themselves.
+//! - ConfigMaps and Secrets come from the process's shared metadata-only watches
+//!   ([`ConfigWatches`]): their annotations (`ignore`, `match`) and names are all the index needs.
+//!   Data is read (GET) only when a workload is evaluated, only for the configs it watches, and
+//!   dropped once hashed; it is never cached or logged.
 //! - A config event schedules the workloads [`ConsumerIndex::lookup`] returns for evaluation after
 //!   the coalescing window (`--reload-debounce`); further events within the window join the same
 //!   evaluation, so several configs changed together roll once. A workload event (added, or
 //!   changed in what the decision reads) is evaluated right away; a content change found that
-//!   way (a config changed while conflux was down, or an evaluation racing a config write) waits
-//!   one window as well before it rolls.
+//!   way (a config changed while the controller was down, or an evaluation racing a config
+//!   write) waits one window as well before it rolls.
 //! - Evaluation hashes what the workload reads and asks [`decide`]. Baselines (first sight,
 //!   restarts, membership changes) and rollouts are one server-side apply each, field manager
-//!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket (`--reload-rate`,
-//!   `--reload-burst`); a throttled rollout is evaluated again when a token is free.
+//!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket; a throttled rollout is
+//!   evaluated again when a token is free.
 //! - Every rollout gets a `Reloaded` Event on the workload; failures get `ReloadFailed` (also for
 //!   a rollout held because a required config is missing), a log line and a retry with backoff.
+//!
+//! Nothing here makes the process exit: discovery is retried with backoff, watches are the
+//! shared informers' (which ride out faults), and a re-list's changes arrive as events.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+mod scheduler;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use reloader::consumers::Consumption;
-use reloader::hash::{ConfigData, ContentHash, content_hash};
-use reloader::index::ConsumerIndex;
-use reloader::opt_in::{Options, watched_configs};
-use reloader::patch::{Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadState, decide};
-use reloader::{Workload, WorkloadKind};
-use tokio::sync::{Notify, watch};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use watch_index::refs::{ConfigKind, ObjectRef};
+use watch_index::runtime::configs::ConfigResource;
+use watch_index::runtime::events::{bounded, publish, recorder};
+use watch_index::runtime::{
+    Change, ConfigWatches, Informer, Probe, Runtime, StartupBackoff, object_id, sharded,
+};
 use watch_index::selector::Selector;
 
-use crate::controllers::common::{
-    ConfigResource, WatchEvents, metadata_api, object_id, publish, recorder, sharded,
-};
-use crate::metrics::{DecisionLabels, Health, Metrics, RolloutLabels};
+use crate::consumers::Consumption;
+use crate::hash::{ConfigData, ContentHash, content_hash};
+use crate::index::ConsumerIndex;
+use crate::opt_in::{Options, watched_configs};
+use crate::patch::{Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadState, decide};
+use crate::{Error, Result, Workload, WorkloadKind};
+use scheduler::{Pending, Schedule, TokenBucket};
+
+/// Labels of a rollout written by the reload controller.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RolloutLabels {
+    /// Workload kind (`Deployment`, `StatefulSet`, `DaemonSet`, `CronJob`).
+    pub kind: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Labels of a reload decision.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// `none`, `baseline`, `rollout`, `held` (a required config is missing), `throttled` or
+    /// `deferred` (a change found through a workload event waits one coalescing window).
+    pub action: String,
+}
+
+/// Metrics of the reload controller.
+#[derive(Debug, Default)]
+pub struct ReloadMetrics {
+    /// `reload_rollouts_total`.
+    pub rollouts: Family<RolloutLabels, Counter>,
+    /// `reload_decisions_total`.
+    pub decisions: Family<DecisionLabels, Counter>,
+    /// `reload_pending`.
+    pub pending: Gauge,
+    /// `reload_workloads`.
+    pub workloads: Gauge,
+}
+
+impl ReloadMetrics {
+    /// Registers every metric in `registry` (names without a prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "reload_rollouts",
+            "Rollouts written by the reload controller (pod-template hash changed)",
+            self.rollouts.clone(),
+        );
+        registry.register(
+            "reload_decisions",
+            "Reload evaluations by outcome (none, baseline, rollout, held, throttled, deferred)",
+            self.decisions.clone(),
+        );
+        registry.register(
+            "reload_pending",
+            "Workloads waiting for evaluation (coalescing window, throttle or retry)",
+            self.pending.clone(),
+        );
+        registry.register(
+            "reload_workloads",
+            "Opted-in workloads in the reload controller's index",
+            self.workloads.clone(),
+        );
+    }
+}
 
 /// Default of `--reload-debounce`.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
@@ -197,18 +265,6 @@ struct ConfigMeta {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-/// Why a workload is waiting for evaluation, and when it is due.
-#[derive(Debug, Clone)]
-struct Pending {
-    due: Instant,
-    /// The configs whose events scheduled it (for the Event note; names only).
-    causes: BTreeSet<(ConfigKind, String)>,
-    /// Whether a rollout may happen at evaluation: the change was first noticed at least one
-    /// coalescing window before `due`. A workload event (added, updated) alone is evaluated at
-    /// once, and a content change found then waits one window, like a config event.
-    window_passed: bool,
-}
-
 /// The controller's caches. Critical sections are short and never await.
 #[derive(Debug, Default)]
 struct State {
@@ -219,7 +275,7 @@ struct State {
     /// configs can be listed for `reload` regexes.
     configs: BTreeMap<String, BTreeMap<(ConfigKind, String), ConfigMeta>>,
     /// Workloads waiting for evaluation.
-    pending: HashMap<ObjectRef, Pending>,
+    pending: Schedule,
     /// Consecutive failures per workload, for the retry backoff.
     failures: HashMap<ObjectRef, u32>,
     /// Workloads held because required configs are missing (what was last reported).
@@ -241,89 +297,13 @@ impl State {
             .annotations
             .as_ref()
     }
-
-    /// Schedules `object` for evaluation at `due`. The first config event decides the time, so a
-    /// stream of events cannot postpone a rollout forever; a config event joining an entry that
-    /// only a workload event made (due now) still gets its coalescing window.
-    fn schedule(&mut self, object: ObjectRef, due: Instant, cause: Option<(ConfigKind, String)>) {
-        match self.pending.entry(object) {
-            std::collections::hash_map::Entry::Occupied(mut entry) => {
-                let pending = entry.get_mut();
-                if cause.is_some() && !pending.window_passed {
-                    pending.due = pending.due.max(due);
-                    pending.window_passed = true;
-                }
-                pending.causes.extend(cause);
-            }
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                entry.insert(Pending {
-                    due,
-                    window_passed: cause.is_some(),
-                    causes: cause.into_iter().collect(),
-                });
-            }
-        }
-    }
-
-    /// Schedules `object` again at `due` after an evaluation (deferred, throttled or failed),
-    /// keeping the causes; its coalescing window has passed by then. An entry made meanwhile by
-    /// a new event keeps its time.
-    fn reschedule(
-        &mut self,
-        object: ObjectRef,
-        due: Instant,
-        causes: &BTreeSet<(ConfigKind, String)>,
-    ) {
-        let entry = self.pending.entry(object).or_insert_with(|| Pending {
-            due,
-            causes: BTreeSet::new(),
-            window_passed: true,
-        });
-        entry.window_passed = true;
-        entry.causes.extend(causes.iter().cloned());
-    }
-}
-
-/// A cluster-wide token bucket for rollouts.
-#[derive(Debug)]
-struct TokenBucket {
-    rate: f64,
-    burst: f64,
-    tokens: f64,
-    last: Instant,
-}
-
-impl TokenBucket {
-    fn new(rate: f64, burst: u32) -> Self {
-        let burst = f64::from(burst.max(1));
-        TokenBucket {
-            rate: if rate > 0.0 { rate } else { f64::INFINITY },
-            burst,
-            tokens: burst,
-            last: Instant::now(),
-        }
-    }
-
-    /// Takes a token, or says how long until one is free.
-    fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
-        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
-        self.last = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            Ok(())
-        } else {
-            let wait = (1.0 - self.tokens) / self.rate;
-            Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::from_secs(1)))
-        }
-    }
 }
 
 /// Shared state of the controller.
 pub struct Context {
     client: Client,
     config: ReloadConfig,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ReloadMetrics>,
     recorder: Recorder,
     state: Mutex<State>,
     bucket: Mutex<TokenBucket>,
@@ -340,9 +320,9 @@ impl std::fmt::Debug for Context {
 
 impl Context {
     /// A context for one controller instance.
-    pub fn new(client: Client, config: ReloadConfig, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(client: Client, config: ReloadConfig, metrics: Arc<ReloadMetrics>) -> Arc<Self> {
         Arc::new(Context {
-            recorder: recorder(&client),
+            recorder: recorder(&client, "conflux"),
             state: Mutex::new(State {
                 index: ConsumerIndex::new(config.options),
                 ..State::default()
@@ -360,13 +340,14 @@ impl Context {
     }
 
     fn update_gauges(&self, state: &State) {
-        self.metrics.reload_pending.set(state.pending.len() as i64);
-        self.metrics.reload_workloads.set(state.index.len() as i64);
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.metrics.pending.set(gauge(state.pending.len()));
+        self.metrics.workloads.set(gauge(state.index.len()));
     }
 
     fn count(&self, action: &str) {
         self.metrics
-            .reload_decisions
+            .decisions
             .get_or_create(&DecisionLabels {
                 action: action.to_owned(),
             })
@@ -374,55 +355,89 @@ impl Context {
     }
 }
 
-/// Runs the controller until it fails; it only returns on errors it cannot retry.
-pub async fn run(ctx: Arc<Context>, health: Arc<Health>) -> anyhow::Result<()> {
-    let resources = discover(&ctx.client).await?;
-    let kinds: Vec<WorkloadKind> = resources.keys().copied().collect();
-    ctx.state().resources = resources.clone();
-    let (ready_tx, mut ready_rx) = watch::channel(0usize);
-    let ready_tx = Arc::new(ready_tx);
-    let mut tasks = tokio::task::JoinSet::new();
+/// Runs the reload controller until the process ends, on `runtime`'s shared watches: the configs
+/// of `configs`, and one informer per workload kind served. Readiness (a `reload` part) turns
+/// true once every list is in; nothing here exits on an API error.
+pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
+    let health = runtime.health().part("reload");
+    let discovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
-        let (c, r) = (ctx.clone(), ready_tx.clone());
-        tasks.spawn(async move { watch_configs::<ConfigMap>(c, ConfigKind::ConfigMap, r).await });
-        let (c, r) = (ctx.clone(), ready_tx.clone());
-        tasks.spawn(async move { watch_configs::<Secret>(c, ConfigKind::Secret, r).await });
-    }
-    for (kind, ar) in resources {
-        let (c, r) = (ctx.clone(), ready_tx.clone());
-        tasks.spawn(async move { watch_workloads(c, kind, ar, r).await });
-    }
-    let expected = 2 + kinds.len();
-    {
-        let ctx = ctx.clone();
-        tasks.spawn(async move {
-            // Evaluations start once every initial list is in: the first decisions see complete
-            // caches (a workload's configs, their `ignore`/`match` annotations).
-            while *ready_rx.borrow() < expected {
-                if ready_rx.changed().await.is_err() {
-                    anyhow::bail!("reload: watchers stopped before their initial lists");
-                }
+        let discovered = discovered.clone();
+        health.check("discovery", move || {
+            if discovered.load(std::sync::atomic::Ordering::Acquire) {
+                Probe::ok()
+            } else {
+                Probe::not_ready("API discovery of the workload kinds has not answered yet")
             }
-            info!(workloads = ctx.state().index.len(), "reload: caches warm");
-            health.set_ready(true);
-            worker(ctx).await
         });
     }
-    match tasks.join_next().await {
-        Some(Ok(result)) => result,
-        Some(Err(join)) => Err(anyhow::anyhow!("reload task panicked: {join}")),
-        None => Ok(()),
+    let mut backoff = StartupBackoff::default();
+    let resources = loop {
+        match discover(&ctx.client).await {
+            Ok(found) => break found,
+            Err(err) => {
+                warn!(reason = err.reason(), error = %err, "reload: API discovery failed; retrying");
+                backoff.wait().await;
+            }
+        }
+    };
+    discovered.store(true, std::sync::atomic::Ordering::Release);
+    ctx.state().resources = resources.clone();
+    let mut tasks = tokio::task::JoinSet::new();
+    let workers = Arc::new(tokio::sync::Semaphore::new(0));
+    let expected = 2 + resources.len();
+    {
+        let sub = configs
+            .informer::<ConfigMap>()
+            .subscribe("reload ConfigMap");
+        tasks.spawn(watch_configs::<ConfigMap>(
+            ctx.clone(),
+            sub,
+            workers.clone(),
+        ));
+        let sub = configs.informer::<Secret>().subscribe("reload Secret");
+        tasks.spawn(watch_configs::<Secret>(ctx.clone(), sub, workers.clone()));
+    }
+    for (kind, ar) in resources {
+        let api: Api<DynamicObject> = match &ctx.config.namespace {
+            Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
+            None => Api::all_with(ctx.client.clone(), &ar),
+        };
+        let informer: Informer<DynamicObject> = runtime.informer_with(
+            api,
+            sharded(&ctx.config.object_selector),
+            ar.clone(),
+            kind.as_str(),
+            &health,
+        );
+        let sub = informer.subscribe("reload");
+        tasks.spawn(watch_workloads(ctx.clone(), kind, sub, workers.clone()));
+    }
+    // Evaluations start once every initial list is in: the first decisions see complete caches
+    // (a workload's configs, their `ignore`/`match` annotations).
+    let expected = u32::try_from(expected).unwrap_or(u32::MAX);
+    if let Ok(permit) = workers.acquire_many(expected).await {
+        permit.forget();
+        info!(workloads = ctx.state().index.len(), "reload: caches warm");
+        tasks.spawn(worker(ctx.clone()));
+    }
+    while let Some(result) = tasks.join_next().await {
+        if let Err(join) = result {
+            warn!(error = %join, "reload: a task ended");
+        }
     }
 }
 
 /// The workload kinds this API server serves, with the version to use (CronJob is `batch/v1`
 /// from Kubernetes 1.21, `batch/v1beta1` before).
-async fn discover(client: &Client) -> anyhow::Result<HashMap<WorkloadKind, ApiResource>> {
-    let discovery = Discovery::new(client.clone())
-        .filter(&["apps", "batch"])
-        .run()
-        .await
-        .context("API discovery failed")?;
+async fn discover(client: &Client) -> Result<HashMap<WorkloadKind, ApiResource>> {
+    let discovery = bounded(
+        "API discovery of the workload kinds",
+        Discovery::new(client.clone())
+            .filter(&["apps", "batch"])
+            .run(),
+    )
+    .await?;
     let mut found = HashMap::new();
     for kind in WorkloadKind::ALL {
         // The preferred version of the group, else the most stable one serving the kind
@@ -454,49 +469,15 @@ async fn discover(client: &Client) -> anyhow::Result<HashMap<WorkloadKind, ApiRe
 async fn watch_workloads(
     ctx: Arc<Context>,
     kind: WorkloadKind,
-    ar: ApiResource,
-    ready: Arc<watch::Sender<usize>>,
-) -> anyhow::Result<()> {
-    let api: Api<DynamicObject> = match &ctx.config.namespace {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &ar),
-        None => Api::all_with(ctx.client.clone(), &ar),
-    };
-    let stream = watcher(api, sharded(&ctx.config.object_selector));
-    let mut listed: Option<HashSet<ObjectRef>> = None;
-    let mut seen: HashSet<ObjectRef> = HashSet::new();
-    let mut announced = false;
-    let mut events = WatchEvents::new(stream, "reload", kind.as_str());
-    loop {
-        let event = events.next(&ctx.metrics).await?;
-        match event {
-            watcher::Event::Init => listed = Some(HashSet::new()),
-            watcher::Event::InitApply(obj) => {
-                if let Some(object) = on_workload(&ctx, kind, obj).await {
-                    if let Some(l) = listed.as_mut() {
-                        l.insert(object.clone());
-                    }
-                    seen.insert(object);
-                }
+    mut sub: watch_index::runtime::Subscription<DynamicObject>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    while let Some(change) = sub.recv().await {
+        match change {
+            Change::Initial(obj) | Change::Applied(obj) => {
+                on_workload(&ctx, kind, (*obj).clone()).await;
             }
-            watcher::Event::InitDone => {
-                if let Some(l) = listed.take() {
-                    let gone: Vec<ObjectRef> = seen.difference(&l).cloned().collect();
-                    for object in gone {
-                        forget_workload(&ctx, &object);
-                        seen.remove(&object);
-                    }
-                }
-                if !announced {
-                    announced = true;
-                    ready.send_modify(|n| *n += 1);
-                }
-            }
-            watcher::Event::Apply(obj) => {
-                if let Some(object) = on_workload(&ctx, kind, obj).await {
-                    seen.insert(object);
-                }
-            }
-            watcher::Event::Delete(obj) => {
+            Change::Deleted(obj) => {
                 let object = ObjectRef::new(
                     kind.group(),
                     kind.as_str(),
@@ -504,8 +485,9 @@ async fn watch_workloads(
                     obj.name_any(),
                 );
                 forget_workload(&ctx, &object);
-                seen.remove(&object);
             }
+            Change::InitDone => listed.add_permits(1),
+            _ => {}
         }
     }
 }
@@ -555,7 +537,7 @@ async fn on_workload(ctx: &Context, kind: WorkloadKind, obj: DynamicObject) -> O
                 })
                 .unwrap_or_default();
             state.workloads.insert(object.clone(), owned.clone());
-            state.schedule(object.clone(), Instant::now(), None);
+            state.pending.schedule(object.clone(), Instant::now(), None);
             problems
         } else {
             state.workloads.remove(&object);
@@ -593,64 +575,31 @@ fn forget_workload(ctx: &Context, object: &ObjectRef) {
     ctx.update_gauges(&state);
 }
 
-/// Watches one of ConfigMaps/Secrets, metadata only, and schedules the workloads that read them.
+/// Follows one of ConfigMaps/Secrets (the shared metadata watch) and schedules the workloads
+/// that read them. The initial state is the baseline: workloads are evaluated on their own first
+/// sight. Later changes (re-lists included) schedule evaluations.
 async fn watch_configs<K: ConfigResource>(
     ctx: Arc<Context>,
-    kind: ConfigKind,
-    ready: Arc<watch::Sender<usize>>,
-) -> anyhow::Result<()> {
-    let api = metadata_api::<K>(&ctx.client, ctx.config.namespace.as_deref());
-    let stream = watcher(api, watcher::Config::default());
-    let mut listed: Option<HashSet<(String, String)>> = None;
-    let mut baseline_done = false;
-    let mut events = WatchEvents::new(stream, "reload", kind.as_str());
-    loop {
-        let event = events.next(&ctx.metrics).await?;
-        match event {
-            watcher::Event::Init => listed = Some(HashSet::new()),
-            watcher::Event::InitApply(meta) => {
+    mut sub: watch_index::runtime::Subscription<PartialObjectMeta<K>>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    let kind = K::KIND;
+    while let Some(change) = sub.recv().await {
+        match change {
+            Change::Initial(meta) => {
                 let (ns, name) = object_id(&meta.metadata);
-                if let Some(l) = listed.as_mut() {
-                    l.insert((ns.clone(), name.clone()));
-                }
-                // The first list is the baseline: workloads are evaluated on their own first
-                // sight. A re-list after a watch gap reports what changed meanwhile.
-                on_config(&ctx, kind, ns, name, Some(meta.metadata), baseline_done);
+                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), false);
             }
-            watcher::Event::InitDone => {
-                if let Some(l) = listed.take()
-                    && baseline_done
-                {
-                    let gone: Vec<(String, String)> = {
-                        let state = ctx.state();
-                        state
-                            .configs
-                            .iter()
-                            .flat_map(|(ns, m)| {
-                                m.keys()
-                                    .filter(|(k, _)| *k == kind)
-                                    .map(move |(_, n)| (ns.clone(), n.clone()))
-                            })
-                            .filter(|id| !l.contains(id))
-                            .collect()
-                    };
-                    for (ns, name) in gone {
-                        on_config(&ctx, kind, ns, name, None, true);
-                    }
-                }
-                if !baseline_done {
-                    baseline_done = true;
-                    ready.send_modify(|n| *n += 1);
-                }
-            }
-            watcher::Event::Apply(meta) => {
+            Change::InitDone => listed.add_permits(1),
+            Change::Applied(meta) => {
                 let (ns, name) = object_id(&meta.metadata);
-                on_config(&ctx, kind, ns, name, Some(meta.metadata), true);
+                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), true);
             }
-            watcher::Event::Delete(meta) => {
+            Change::Deleted(meta) => {
                 let (ns, name) = object_id(&meta.metadata);
                 on_config(&ctx, kind, ns, name, None, true);
             }
+            _ => {}
         }
     }
 }
@@ -715,7 +664,9 @@ fn on_config(
     debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
     let due = Instant::now() + ctx.config.debounce;
     for object in hits {
-        state.schedule(object, due, Some((kind, name.clone())));
+        state
+            .pending
+            .schedule(object, due, Some((kind, name.clone())));
     }
     ctx.update_gauges(&state);
     drop(state);
@@ -723,23 +674,14 @@ fn on_config(
 }
 
 /// Evaluates due workloads, forever.
-async fn worker(ctx: Arc<Context>) -> anyhow::Result<()> {
+async fn worker(ctx: Arc<Context>) {
     loop {
         let now = Instant::now();
         let (due, next) = {
             let mut state = ctx.state();
-            let due: Vec<(ObjectRef, Pending)> = state
-                .pending
-                .iter()
-                .filter(|(_, p)| p.due <= now)
-                .map(|(o, p)| (o.clone(), p.clone()))
-                .collect();
-            for (object, _) in &due {
-                state.pending.remove(object);
-            }
-            let next = state.pending.values().map(|p| p.due).min();
+            let taken = state.pending.take_due(now);
             ctx.update_gauges(&state);
-            (due, next)
+            taken
         };
         if due.is_empty() {
             let sleep = next.unwrap_or_else(|| now + Duration::from_secs(3600));
@@ -821,7 +763,7 @@ async fn evaluate(ctx: &Arc<Context>, due: Vec<(ObjectRef, Pending)>) {
                 .map(|c| (c.kind, p.object.namespace.to_string(), c.name.clone()))
         })
         .collect();
-    let fetched: HashMap<ConfigId, Result<Option<Fetched>, String>> = futures::stream::iter(wanted)
+    let fetched: HashMap<ConfigId, Result<Option<Fetched>>> = futures::stream::iter(wanted)
         .map(|id| async move {
             let result = fetch(&ctx.client, &id).await;
             (id, result)
@@ -839,28 +781,32 @@ async fn evaluate(ctx: &Arc<Context>, due: Vec<(ObjectRef, Pending)>) {
 }
 
 /// Reads one config; `None` when it does not exist. Errors carry no data.
-async fn fetch(client: &Client, id: &ConfigId) -> Result<Option<Fetched>, String> {
+async fn fetch(client: &Client, id: &ConfigId) -> Result<Option<Fetched>> {
     let (kind, ns, name) = id;
-    let result = match kind {
-        ConfigKind::ConfigMap => Api::<ConfigMap>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|o| o.map(Fetched::ConfigMap)),
-        ConfigKind::Secret => Api::<Secret>::namespaced(client.clone(), ns)
-            .get_opt(name)
-            .await
-            .map(|o| o.map(Fetched::Secret)),
-    };
-    result.map_err(|err| format!("cannot read {kind} {ns}/{name}: {err}"))
+    let action = format!("reading {kind} {ns}/{name}");
+    Ok(match kind {
+        ConfigKind::ConfigMap => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
+            bounded(action, api.get_opt(name))
+                .await?
+                .map(Fetched::ConfigMap)
+        }
+        ConfigKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), ns);
+            bounded(action, api.get_opt(name))
+                .await?
+                .map(Fetched::Secret)
+        }
+    })
 }
 
 async fn decide_and_act(
     ctx: &Context,
     plan: Plan,
-    fetched: &HashMap<ConfigId, Result<Option<Fetched>, String>>,
+    fetched: &HashMap<ConfigId, Result<Option<Fetched>>>,
 ) {
     let ns = plan.object.namespace.to_string();
-    let errors: Vec<&String> = plan
+    let errors: Vec<&Error> = plan
         .watched
         .iter()
         .filter_map(
@@ -911,7 +857,9 @@ async fn decide_and_act(
             ctx.count("deferred");
             let mut state = ctx.state();
             let due = Instant::now() + ctx.config.debounce;
-            state.reschedule(plan.object.clone(), due, &plan.causes);
+            state
+                .pending
+                .reschedule(plan.object.clone(), due, &plan.causes);
             ctx.update_gauges(&state);
             drop(state);
             ctx.wake.notify_one();
@@ -926,7 +874,9 @@ async fn decide_and_act(
                 ctx.count("throttled");
                 debug!(workload = %plan.object, ?wait, "reload: rollout throttled");
                 let mut state = ctx.state();
-                state.reschedule(plan.object.clone(), Instant::now() + wait, &plan.causes);
+                state
+                    .pending
+                    .reschedule(plan.object.clone(), Instant::now() + wait, &plan.causes);
                 ctx.update_gauges(&state);
                 drop(state);
                 ctx.wake.notify_one();
@@ -935,7 +885,7 @@ async fn decide_and_act(
             ctx.count("rollout");
             let result = apply(ctx, &plan, patch).await;
             ctx.metrics
-                .reload_rollouts
+                .rollouts
                 .get_or_create(&RolloutLabels {
                     kind: plan.object.kind.to_string(),
                     result: if result.is_ok() { "success" } else { "error" }.to_owned(),
@@ -1015,7 +965,7 @@ async fn report_held(ctx: &Context, plan: &Plan, hash: &ContentHash) {
 }
 
 /// Logs, records an Event and schedules a retry with backoff.
-async fn fail(ctx: &Context, plan: &Plan, err: String) {
+async fn fail(ctx: &Context, plan: &Plan, err: Error) {
     let delay = {
         let mut state = ctx.state();
         let n = state.failures.entry(plan.object.clone()).or_insert(0);
@@ -1023,12 +973,14 @@ async fn fail(ctx: &Context, plan: &Plan, err: String) {
         let delay = BASE_BACKOFF
             .saturating_mul(1u32 << (*n - 1).min(16))
             .min(MAX_BACKOFF);
-        state.reschedule(plan.object.clone(), Instant::now() + delay, &plan.causes);
+        state
+            .pending
+            .reschedule(plan.object.clone(), Instant::now() + delay, &plan.causes);
         ctx.update_gauges(&state);
         delay
     };
     ctx.wake.notify_one();
-    warn!(workload = %plan.object, error = %err, retry_in = ?delay, "reload: failed, will retry");
+    warn!(workload = %plan.object, reason = err.reason(), error = %err, retry_in = ?delay, "reload: failed, will retry");
     let reference = reference(ctx, &plan.object, &plan.workload);
     publish(
         &ctx.recorder,
@@ -1043,21 +995,22 @@ async fn fail(ctx: &Context, plan: &Plan, err: String) {
 
 /// Server-side applies `patch` (field manager [`FIELD_MANAGER`], forced) and keeps the returned
 /// object, so a second evaluation before the watch catches up sees our write.
-async fn apply(ctx: &Context, plan: &Plan, mut patch: serde_json::Value) -> Result<(), String> {
+async fn apply(ctx: &Context, plan: &Plan, mut patch: serde_json::Value) -> Result<()> {
     let kind = plan.workload.workload().kind();
     let ar = ctx.state().resources.get(&kind).cloned();
     let Some(ar) = ar else {
-        return Err(format!("{kind} is not served by this cluster"));
+        return Err(Error::KindNotServed { kind });
     };
     // The served version (a `batch/v1beta1` CronJob on Kubernetes < 1.21).
     patch["apiVersion"] = serde_json::Value::String(ar.api_version.clone());
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &plan.object.namespace, &ar);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = api
-        .patch(&plan.object.name, &params, &Patch::Apply(&patch))
-        .await
-        .map_err(|err| format!("cannot apply {kind} {}: {err}", plan.object))?;
+    let written = bounded(
+        format!("applying {kind} {}", plan.object),
+        api.patch(&plan.object.name, &params, &Patch::Apply(&patch)),
+    )
+    .await?;
     if let Ok(owned) = Owned::from_dynamic(kind, written) {
         let mut state = ctx.state();
         let newer = state
@@ -1109,50 +1062,5 @@ mod tests {
         for bad in ["", "2", "s", "2x", "-1s", "1..2s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn token_bucket_allows_a_burst_then_the_rate() {
-        let start = Instant::now();
-        let mut bucket = TokenBucket::new(2.0, 3);
-        for _ in 0..3 {
-            assert_eq!(bucket.try_take(start), Ok(()));
-        }
-        let wait = bucket.try_take(start).unwrap_err();
-        assert!(wait <= Duration::from_millis(500) && wait > Duration::ZERO);
-        assert_eq!(bucket.try_take(start + Duration::from_millis(500)), Ok(()));
-        assert!(bucket.try_take(start + Duration::from_millis(500)).is_err());
-    }
-
-    #[test]
-    fn first_schedule_decides_the_time() {
-        let mut state = State::default();
-        let object = ObjectRef::new("apps", "Deployment", "ns", "web");
-        let t0 = Instant::now();
-        state.schedule(
-            object.clone(),
-            t0,
-            Some((ConfigKind::ConfigMap, "a".into())),
-        );
-        state.schedule(
-            object.clone(),
-            t0 + Duration::from_secs(5),
-            Some((ConfigKind::Secret, "b".into())),
-        );
-        let pending = &state.pending[&object];
-        assert_eq!(pending.due, t0);
-        assert_eq!(pending.causes.len(), 2);
-        // A workload event (no cause, due now) does not pull a config event's window in...
-        state.schedule(object.clone(), t0 - Duration::from_secs(1), None);
-        assert_eq!(state.pending[&object].due, t0);
-        // ...and a config event joining a workload event's entry gets its window.
-        let other = ObjectRef::new("apps", "Deployment", "ns", "api");
-        state.schedule(other.clone(), t0, None);
-        state.schedule(
-            other.clone(),
-            t0 + Duration::from_secs(2),
-            Some((ConfigKind::ConfigMap, "a".into())),
-        );
-        assert_eq!(state.pending[&other].due, t0 + Duration::from_secs(2));
     }
 }

@@ -1,0 +1,214 @@
+//! The writes of copies, and the reads they need: server-side apply with field manager `conflux`
+//! and `force`, the cleanup merge patch, delete, and delete-and-create where a field is immutable.
+//! Every request is bounded in time; errors name the object and the action, never data.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use watch_index::runtime::events::bounded;
+
+use crate::ownership::FIELD_MANAGER;
+use crate::{ConfigObject, Result, SourceKind};
+
+/// Per-object exponential backoff for failed reconciles (1 s doubling up to 5 min), reset on
+/// success.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    /// The delay before retrying `key` after one more failure.
+    pub fn next(&self, key: String) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = failures.entry(key).or_insert(0);
+        *n = n.saturating_add(1);
+        let secs = 1u64 << (*n - 1).min(9);
+        Duration::from_secs(secs.min(300))
+    }
+
+    /// Forgets the failures of `key`.
+    pub fn reset(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}
+
+/// Reads a ConfigMap or Secret with its data; `None` when it does not exist.
+pub async fn get_object(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<ConfigObject>> {
+    let action = format!("reading {kind} {namespace}/{name}");
+    Ok(match kind {
+        SourceKind::ConfigMap => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.get_opt(name))
+                .await?
+                .map(ConfigObject::from)
+        }
+        SourceKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.get_opt(name))
+                .await?
+                .map(ConfigObject::from)
+        }
+    })
+}
+
+/// Lists ConfigMaps or Secrets in every namespace, with their data (for one reconcile only).
+pub async fn list_objects(
+    client: &Client,
+    kind: SourceKind,
+    params: &ListParams,
+) -> Result<Vec<ConfigObject>> {
+    let action = format!("listing {kind}s");
+    Ok(match kind {
+        SourceKind::ConfigMap => {
+            let api = Api::<ConfigMap>::all(client.clone());
+            bounded(action, api.list(params))
+                .await?
+                .items
+                .into_iter()
+                .map(ConfigObject::from)
+                .collect()
+        }
+        SourceKind::Secret => {
+            let api = Api::<Secret>::all(client.clone());
+            bounded(action, api.list(params))
+                .await?
+                .items
+                .into_iter()
+                .map(ConfigObject::from)
+                .collect()
+        }
+    })
+}
+
+/// Server-side applies `object` with field manager `conflux` and `force`.
+pub async fn apply(client: &Client, object: &ConfigObject) -> Result<()> {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let (namespace, name) = (object.namespace(), object.name());
+    let action = format!("applying {} {namespace}/{name}", object.kind());
+    match object {
+        ConfigObject::ConfigMap(cm) => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Apply(cm))).await?;
+        }
+        ConfigObject::Secret(s) => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Apply(s))).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends a JSON merge patch (cleanup of stray keys, release of ownership).
+pub async fn merge_patch(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<()> {
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let action = format!("patching {kind} {namespace}/{name}");
+    match kind {
+        SourceKind::ConfigMap => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+        }
+        SourceKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes an object; a missing one is fine.
+pub async fn delete(client: &Client, kind: SourceKind, namespace: &str, name: &str) -> Result<()> {
+    let action = format!("deleting {kind} {namespace}/{name}");
+    let dp = DeleteParams::default();
+    let result = match kind {
+        SourceKind::ConfigMap => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.delete(name, &dp)).await.map(drop)
+        }
+        SourceKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.delete(name, &dp)).await.map(drop)
+        }
+    };
+    match result {
+        Err(watch_index::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
+        other => Ok(other?),
+    }
+}
+
+/// Deletes the object and creates `object` in its place (Secret `type` and `immutable` data cannot
+/// be patched).
+pub async fn recreate(client: &Client, object: &ConfigObject) -> Result<()> {
+    let (namespace, name) = (object.namespace(), object.name());
+    delete(client, object.kind(), namespace, name).await?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    let action = format!("creating {} {namespace}/{name}", object.kind());
+    match object {
+        ConfigObject::ConfigMap(cm) => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.create(&params, cm)).await?;
+        }
+        ConfigObject::Secret(s) => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.create(&params, s)).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The reference of a ConfigMap/Secret for an Event.
+pub fn object_reference(kind: SourceKind, meta: &kube::api::ObjectMeta) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".to_owned()),
+        kind: Some(kind.as_str().to_owned()),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        ..ObjectReference::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_per_object_up_to_five_minutes_and_resets_on_success() {
+        let backoff = Backoff::default();
+        let delays: Vec<u64> = (0..12)
+            .map(|_| backoff.next("ConfigMap/a/b".to_owned()).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert_eq!(
+            backoff.next("Secret/a/b".to_owned()).as_secs(),
+            1,
+            "per object"
+        );
+        backoff.reset("ConfigMap/a/b");
+        assert_eq!(backoff.next("ConfigMap/a/b".to_owned()).as_secs(), 1);
+    }
+}

@@ -1,0 +1,51 @@
+//! The copy and fan-out controllers, to embed (feature `runtime`): the async kube glue around the
+//! pure modules, on watch-index's shared watches (docs/design.md section 4).
+//!
+//! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`).
+//! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).
+//! - [`executor`]: the reads and writes of copies, each bounded in time.
+//!
+//! Both controllers take the process's [`ConfigWatches`](watch_index::runtime::ConfigWatches):
+//! no watch of their own on ConfigMaps or Secrets.
+
+pub mod copy;
+pub mod executor;
+pub mod sync;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// Labels of a write (or decision not to write) made by the copy and sync controllers.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApplyLabels {
+    /// `copy` or `sync`.
+    pub controller: String,
+    /// What happened: `apply`, `recreate`, `create`, `update`, `delete`, `unchanged`, or the
+    /// reason of a failure (`SourceNotFound`, `Refused`, `Conflict`, ...).
+    pub result: String,
+}
+
+/// Metrics of the copy and sync controllers.
+#[derive(Debug, Default)]
+pub struct CopyMetrics {
+    /// `copy_applies_total`.
+    pub applies: Family<ApplyLabels, Counter>,
+}
+
+impl CopyMetrics {
+    /// Registers every metric in `registry` (names without a prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "copy_applies",
+            "Copies written (or found in sync, or failed) by the copy and sync controllers",
+            self.applies.clone(),
+        );
+    }
+}
+
+/// `--concurrent` as a kube controller's limit.
+fn concurrency(concurrent: usize) -> u16 {
+    u16::try_from(concurrent.max(1)).unwrap_or(u16::MAX)
+}

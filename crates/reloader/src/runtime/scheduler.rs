@@ -1,0 +1,200 @@
+//! When workloads are evaluated: the coalescing window and the cluster-wide rollout token bucket.
+//! Plain data driven by the caller's clock (`now` is always passed in), so it is tested without
+//! waiting.
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use watch_index::refs::{ConfigKind, ObjectRef};
+
+/// Why a workload is waiting for evaluation, and when it is due.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(crate) due: Instant,
+    /// The configs whose events scheduled it (for the Event note; names only).
+    pub(crate) causes: BTreeSet<(ConfigKind, String)>,
+    /// Whether a rollout may happen at evaluation: the change was first noticed at least one
+    /// coalescing window before `due`. A workload event (added, updated) alone is evaluated at
+    /// once, and a content change found then waits one window, like a config event.
+    pub(crate) window_passed: bool,
+}
+
+/// Workloads waiting for evaluation.
+#[derive(Debug, Default)]
+pub(crate) struct Schedule {
+    pending: HashMap<ObjectRef, Pending>,
+}
+
+impl Schedule {
+    /// Schedules `object` for evaluation at `due`. The first config event decides the time, so a
+    /// stream of events cannot postpone a rollout forever; a config event joining an entry that
+    /// only a workload event made (due now) still gets its coalescing window.
+    pub(crate) fn schedule(
+        &mut self,
+        object: ObjectRef,
+        due: Instant,
+        cause: Option<(ConfigKind, String)>,
+    ) {
+        match self.pending.entry(object) {
+            std::collections::hash_map::Entry::Occupied(mut entry) => {
+                let pending = entry.get_mut();
+                if cause.is_some() && !pending.window_passed {
+                    pending.due = pending.due.max(due);
+                    pending.window_passed = true;
+                }
+                pending.causes.extend(cause);
+            }
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(Pending {
+                    due,
+                    window_passed: cause.is_some(),
+                    causes: cause.into_iter().collect(),
+                });
+            }
+        }
+    }
+
+    /// Schedules `object` again at `due` after an evaluation (deferred, throttled or failed),
+    /// keeping the causes; its coalescing window has passed by then. An entry made meanwhile by
+    /// a new event keeps its time.
+    pub(crate) fn reschedule(
+        &mut self,
+        object: ObjectRef,
+        due: Instant,
+        causes: &BTreeSet<(ConfigKind, String)>,
+    ) {
+        let entry = self.pending.entry(object).or_insert_with(|| Pending {
+            due,
+            causes: BTreeSet::new(),
+            window_passed: true,
+        });
+        entry.window_passed = true;
+        entry.causes.extend(causes.iter().cloned());
+    }
+
+    /// Forgets `object`.
+    pub(crate) fn remove(&mut self, object: &ObjectRef) {
+        self.pending.remove(object);
+    }
+
+    /// How many workloads wait.
+    pub(crate) fn len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Takes the entries due at `now`, and says when the next one is.
+    pub(crate) fn take_due(
+        &mut self,
+        now: Instant,
+    ) -> (Vec<(ObjectRef, Pending)>, Option<Instant>) {
+        let due_keys: Vec<ObjectRef> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.due <= now)
+            .map(|(o, _)| o.clone())
+            .collect();
+        let due = due_keys
+            .into_iter()
+            .filter_map(|o| self.pending.remove(&o).map(|p| (o, p)))
+            .collect();
+        let next = self.pending.values().map(|p| p.due).min();
+        (due, next)
+    }
+
+    #[cfg(test)]
+    fn get(&self, object: &ObjectRef) -> Option<&Pending> {
+        self.pending.get(object)
+    }
+}
+
+/// A cluster-wide token bucket for rollouts.
+#[derive(Debug)]
+pub(crate) struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl TokenBucket {
+    pub(crate) fn new(rate: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        TokenBucket {
+            rate: if rate > 0.0 { rate } else { f64::INFINITY },
+            burst,
+            tokens: burst,
+            last: Instant::now(),
+        }
+    }
+
+    /// Takes a token, or says how long until one is free.
+    pub(crate) fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = (1.0 - self.tokens) / self.rate;
+            Err(Duration::try_from_secs_f64(wait).unwrap_or(Duration::from_secs(1)))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_bucket_allows_a_burst_then_the_rate() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(2.0, 3);
+        for _ in 0..3 {
+            assert_eq!(bucket.try_take(start), Ok(()));
+        }
+        let wait = bucket.try_take(start).unwrap_err();
+        assert!(wait <= Duration::from_millis(500) && wait > Duration::ZERO);
+        assert_eq!(bucket.try_take(start + Duration::from_millis(500)), Ok(()));
+        assert!(bucket.try_take(start + Duration::from_millis(500)).is_err());
+    }
+
+    #[test]
+    fn first_schedule_decides_the_time() {
+        let mut schedule = Schedule::default();
+        let object = ObjectRef::new("apps", "Deployment", "ns", "web");
+        let t0 = Instant::now();
+        schedule.schedule(
+            object.clone(),
+            t0,
+            Some((ConfigKind::ConfigMap, "a".into())),
+        );
+        schedule.schedule(
+            object.clone(),
+            t0 + Duration::from_secs(5),
+            Some((ConfigKind::Secret, "b".into())),
+        );
+        let pending = schedule.get(&object).unwrap();
+        assert_eq!(pending.due, t0);
+        assert_eq!(pending.causes.len(), 2);
+        // A workload event (no cause, due now) does not pull a config event's window in...
+        schedule.schedule(object.clone(), t0 - Duration::from_secs(1), None);
+        assert_eq!(schedule.get(&object).unwrap().due, t0);
+        // ...and a config event joining a workload event's entry gets its window.
+        let other = ObjectRef::new("apps", "Deployment", "ns", "api");
+        schedule.schedule(other.clone(), t0, None);
+        schedule.schedule(
+            other.clone(),
+            t0 + Duration::from_secs(2),
+            Some((ConfigKind::ConfigMap, "a".into())),
+        );
+        assert_eq!(
+            schedule.get(&other).unwrap().due,
+            t0 + Duration::from_secs(2)
+        );
+        let (due, next) = schedule.take_due(t0);
+        assert_eq!(due.len(), 1, "only `web` is due at t0");
+        assert_eq!(next, Some(t0 + Duration::from_secs(2)));
+    }
+}

@@ -1,0 +1,132 @@
+//! The one metadata-only watch of ConfigMaps and one of Secrets per process, shared by every
+//! controller. Metadata only, so Secret data is never cached: whoever needs data reads the one
+//! object it needs, when it needs it.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::{Health, Informer, Runtime};
+use crate::refs::ConfigKind;
+
+/// ConfigMap or Secret, as a type.
+pub trait ConfigResource:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + Debug
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    /// The kind as a value.
+    const KIND: ConfigKind;
+
+    /// This kind's informer among the shared watches.
+    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>>;
+}
+
+impl ConfigResource for ConfigMap {
+    const KIND: ConfigKind = ConfigKind::ConfigMap;
+
+    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>> {
+        &watches.config_maps
+    }
+}
+
+impl ConfigResource for Secret {
+    const KIND: ConfigKind = ConfigKind::Secret;
+
+    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>> {
+        &watches.secrets
+    }
+}
+
+/// The shared metadata watches of ConfigMaps and Secrets. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct ConfigWatches {
+    config_maps: Informer<PartialObjectMeta<ConfigMap>>,
+    secrets: Informer<PartialObjectMeta<Secret>>,
+    namespace: Option<String>,
+}
+
+impl ConfigWatches {
+    /// Starts both watches, in `namespace` or cluster-wide; their health goes under a `configs`
+    /// part of the runtime's health.
+    pub fn start(runtime: &Runtime, namespace: Option<&str>) -> Self {
+        let health = runtime.health().part("configs");
+        ConfigWatches {
+            config_maps: start_kind::<ConfigMap>(runtime, namespace, &health),
+            secrets: start_kind::<Secret>(runtime, namespace, &health),
+            namespace: namespace.map(str::to_owned),
+        }
+    }
+
+    /// The informer of kind `K`.
+    pub fn informer<K: ConfigResource>(&self) -> &Informer<PartialObjectMeta<K>> {
+        K::informer(self)
+    }
+
+    /// The namespace watched, or `None` for all.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// Whether an object in `namespace` is visible to these watches.
+    pub fn covers(&self, namespace: &str) -> bool {
+        self.namespace.as_deref().is_none_or(|ns| ns == namespace)
+    }
+
+    /// Waits until both kinds are listed.
+    pub async fn wait_synced(&self) {
+        self.config_maps.wait_synced().await;
+        self.secrets.wait_synced().await;
+    }
+
+    /// The last known metadata of one object, from the shared store.
+    pub fn meta(
+        &self,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<kube::api::ObjectMeta> {
+        match kind {
+            ConfigKind::ConfigMap => self
+                .config_maps
+                .store()
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+                .map(|o| o.metadata.clone()),
+            ConfigKind::Secret => self
+                .secrets
+                .store()
+                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
+                .map(|o| o.metadata.clone()),
+        }
+    }
+}
+
+fn start_kind<K: ConfigResource>(
+    runtime: &Runtime,
+    namespace: Option<&str>,
+    health: &Health,
+) -> Informer<PartialObjectMeta<K>> {
+    // `Api<PartialObjectMeta<_>>` asks the API server for metadata only.
+    let api = metadata_api::<K>(&runtime.client(), namespace);
+    runtime.informer(api, watcher::Config::default(), K::KIND.as_str(), health)
+}
+
+/// Metadata-only access to ConfigMaps or Secrets in `namespace`, or in all namespaces.
+pub fn metadata_api<K: ConfigResource>(
+    client: &Client,
+    namespace: Option<&str>,
+) -> Api<PartialObjectMeta<K>> {
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}

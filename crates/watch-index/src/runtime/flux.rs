@@ -1,0 +1,337 @@
+//! The flux-trigger executor: asks Kustomizations, HelmReleases and Receivers to reconcile when
+//! a ConfigMap or Secret they reference changes, by merge-patching
+//! `reconcile.fluxcd.io/requestedAt` (what `flux reconcile` does). For Flux < 2.7, or Flux 2.7+
+//! with its own config watchers disabled.
+//!
+//! Flux kinds are watched as dynamic objects, so no Flux CRD is needed to start: discovery is
+//! retried with backoff until it answers, and kinds whose CRD is missing are looked for again
+//! every minute. Each found kind feeds the [`ReferrerIndex`]; the [`ConfigTrigger`] stream says
+//! what to reconcile; each request gets an Event on the Flux object and a metric.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use chrono::{SecondsFormat, Utc};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::discovery::{Discovery, Scope};
+use kube::runtime::events::{EventType, Recorder};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+use serde_json::json;
+use tracing::{info, warn};
+
+use super::events::{bounded, publish, recorder};
+use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
+use super::{ConfigWatches, Health, Probe, Runtime, StartupBackoff, sharded};
+use crate::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet};
+use crate::selector::Selector;
+use crate::trigger::{Mode, Trigger};
+
+/// The annotation Flux controllers watch for on-demand reconciliation.
+pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
+/// Field manager of our patches (so `kubectl get --show-managed-fields` says who asked).
+pub const FIELD_MANAGER: &str = "conflux";
+
+/// The Flux kinds whose references are indexed.
+pub const FLUX_KINDS: [(&str, &str); 3] = [
+    (KUSTOMIZE_GROUP, "Kustomization"),
+    (HELM_GROUP, "HelmRelease"),
+    (NOTIFICATION_GROUP, "Receiver"),
+];
+
+/// How often kinds whose CRD was missing are looked for again.
+const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Settings of the flux-trigger (from `conflux run` flags).
+#[derive(Debug, Clone)]
+pub struct FluxTriggerConfig {
+    /// `--watch-configs-label-selector`: which ConfigMaps/Secrets may fire.
+    pub config_selector: Selector,
+    /// `--watch-label-selector`: which Flux objects are handled.
+    pub object_selector: Selector,
+    /// Flux-exact or data-hash firing.
+    pub mode: Mode,
+    /// Only this namespace, or all namespaces when `None`.
+    pub namespace: Option<String>,
+    /// Patches written in parallel.
+    pub concurrent: usize,
+}
+
+/// Labels of a reconcile request written to a Flux object.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Kind of the Flux object.
+    pub kind: String,
+    /// `success` or `error`.
+    pub result: String,
+}
+
+/// Metrics of the flux-trigger.
+#[derive(Debug, Default)]
+pub struct FluxMetrics {
+    /// The trigger's and index's metrics.
+    pub trigger: Arc<TriggerMetrics>,
+    /// `trigger_reconcile_requests_total`.
+    pub reconcile_requests: Family<RequestLabels, Counter>,
+}
+
+impl FluxMetrics {
+    /// Registers every metric in `registry` (names without a prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        self.trigger.register(registry);
+        registry.register(
+            "trigger_reconcile_requests",
+            "reconcile.fluxcd.io/requestedAt patches written to Flux objects",
+            self.reconcile_requests.clone(),
+        );
+    }
+}
+
+struct Executor {
+    client: kube::Client,
+    config: FluxTriggerConfig,
+    metrics: Arc<FluxMetrics>,
+    recorder: Recorder,
+    /// Resolved API resources of the Flux kinds, by (group, kind).
+    resources: RwLock<HashMap<(String, String), ApiResource>>,
+}
+
+/// Runs the flux-trigger until the process ends. Nothing here makes it exit: discovery and the
+/// watches retry with backoff, and readiness (under a `flux-trigger` part) says when it serves.
+pub async fn run(
+    runtime: Runtime,
+    configs: ConfigWatches,
+    config: FluxTriggerConfig,
+    metrics: Arc<FluxMetrics>,
+) {
+    let health = runtime.health().part("flux-trigger");
+    let client = runtime.client();
+    let index = ReferrerIndex::with_metrics(ReferenceSet::flux(), metrics.trigger.clone());
+    let exec = Arc::new(Executor {
+        recorder: recorder(&client, "conflux"),
+        client: client.clone(),
+        config,
+        metrics,
+        resources: RwLock::new(HashMap::new()),
+    });
+    let discovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (index, discovered) = (index.clone(), discovered.clone());
+        health.check("referrers", move || {
+            if !discovered.load(std::sync::atomic::Ordering::Acquire) {
+                Probe::not_ready("API discovery of the Flux kinds has not answered yet")
+            } else if !index.is_synced() {
+                Probe::not_ready("Flux objects not listed yet")
+            } else {
+                Probe::ok()
+            }
+        });
+    }
+
+    // Discovery: retried until it answers; a transient error at start-up is not fatal.
+    let mut backoff = StartupBackoff::default();
+    let mut found = loop {
+        match discover(&runtime, &exec, &index, &health, &HashSet::new()).await {
+            Ok(found) => break found,
+            Err(err) => {
+                warn!(reason = err.reason(), error = %err, "flux-trigger: API discovery failed; retrying");
+                backoff.wait().await;
+            }
+        }
+    };
+    discovered.store(true, std::sync::atomic::Ordering::Release);
+
+    // Look again, now and then, for Flux kinds whose CRDs were not installed at start.
+    {
+        let (runtime, exec, index, health) =
+            (runtime.clone(), exec.clone(), index.clone(), health.clone());
+        tokio::spawn(async move {
+            while found.len() < FLUX_KINDS.len() {
+                tokio::time::sleep(REDISCOVERY_INTERVAL).await;
+                match discover(&runtime, &exec, &index, &health, &found).await {
+                    Ok(more) => found.extend(more),
+                    Err(err) => {
+                        warn!(reason = err.reason(), error = %err, "flux-trigger: discovery failed; will retry")
+                    }
+                }
+            }
+        });
+    }
+
+    let trigger = Trigger::new(exec.config.config_selector.clone(), exec.config.mode);
+    let fired = ConfigTrigger::new(trigger, index, client)
+        .concurrent(exec.config.concurrent)
+        .stream(&configs);
+    let namespace = exec.config.namespace.clone();
+    let fired = fired.filter(move |f| {
+        let keep = namespace
+            .as_deref()
+            .is_none_or(|ns| ns == f.source.namespace.as_ref());
+        async move { keep }
+    });
+    let mut fired = std::pin::pin!(fired);
+    while let Some(f) = fired.next().await {
+        exec.request_all(f).await;
+    }
+}
+
+/// Finds the Flux kinds served (skipping `already`), starts an informer for each, feeds the index
+/// and returns the (group, kind) pairs found.
+async fn discover(
+    runtime: &Runtime,
+    exec: &Executor,
+    index: &ReferrerIndex,
+    health: &Health,
+    already: &HashSet<(String, String)>,
+) -> crate::Result<HashSet<(String, String)>> {
+    let groups: Vec<&str> = FLUX_KINDS.iter().map(|(g, _)| *g).collect();
+    let discovery = bounded(
+        "API discovery of the Flux kinds",
+        Discovery::new(exec.client.clone()).filter(&groups).run(),
+    )
+    .await?;
+    let mut found = HashSet::new();
+    for (group, kind) in FLUX_KINDS {
+        let key = (group.to_owned(), kind.to_owned());
+        if already.contains(&key) {
+            continue;
+        }
+        let resolved = discovery
+            .get(group)
+            .and_then(|g| g.recommended_kind(kind))
+            .filter(|(_, caps)| caps.scope == Scope::Namespaced);
+        let Some((ar, _)) = resolved else {
+            if already.is_empty() {
+                info!(
+                    group,
+                    kind,
+                    "flux-trigger: CRD not installed, not watching this kind (looking again every minute)"
+                );
+            }
+            continue;
+        };
+        info!(group, kind, version = %ar.version, "flux-trigger: watching");
+        exec.resources
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), ar.clone());
+        let api: Api<DynamicObject> = match &exec.config.namespace {
+            Some(ns) => Api::namespaced_with(exec.client.clone(), ns, &ar),
+            None => Api::all_with(exec.client.clone(), &ar),
+        };
+        let informer = runtime.informer_with(
+            api,
+            sharded(&exec.config.object_selector),
+            ar.clone(),
+            &ar.kind,
+            health,
+        );
+        index.feed(&informer, &ar.api_version, &ar.kind);
+        found.insert(key);
+    }
+    Ok(found)
+}
+
+impl Executor {
+    /// Requests reconciliation of every referrer of one fired change.
+    async fn request_all(&self, fired: Fired) {
+        for cycle in &fired.order.cycles {
+            let names: Vec<String> = cycle.iter().map(ToString::to_string).collect();
+            warn!(cycle = %names.join(" -> "), "flux-trigger: dependsOn cycle among referrers; requesting all of them");
+        }
+        let source = format!(
+            "{} {}/{}",
+            fired.source.kind, fired.source.namespace, fired.source.name
+        );
+        let event = fired.change.as_str();
+        info!(source = %source, event, referrers = fired.order.order.len(), "flux-trigger: requesting reconciliation");
+        // Kustomizations are written one after the other in dependsOn order, so Flux's queue
+        // sees them in that order; other kinds have no order and are written in parallel.
+        let (ordered, unordered): (Vec<ObjectRef>, Vec<ObjectRef>) = fired
+            .order
+            .order
+            .into_iter()
+            .partition(|o| o.group.as_ref() == KUSTOMIZE_GROUP);
+        for object in &ordered {
+            self.request(object, &source, event).await;
+        }
+        futures::stream::iter(unordered)
+            .for_each_concurrent(self.config.concurrent.max(1), |object| {
+                let source = source.clone();
+                async move { self.request(&object, &source, event).await }
+            })
+            .await;
+    }
+
+    /// Merge-patches `reconcile.fluxcd.io/requestedAt` on one referrer and records an Event.
+    async fn request(&self, object: &ObjectRef, source: &str, event: &str) {
+        let ar = self
+            .resources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(object.group.to_string(), object.kind.to_string()))
+            .cloned();
+        let Some(ar) = ar else {
+            return;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &object.namespace, &ar);
+        let patch =
+            json!({"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: rfc3339_nano_now()}}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let result = bounded(
+            format!("requesting reconciliation of {object}"),
+            api.patch(&object.name, &params, &Patch::Merge(&patch)),
+        )
+        .await;
+        let labels = RequestLabels {
+            kind: object.kind.to_string(),
+            result: if result.is_ok() { "success" } else { "error" }.to_owned(),
+        };
+        self.metrics.reconcile_requests.get_or_create(&labels).inc();
+        let reference = ObjectReference {
+            api_version: Some(ar.api_version.clone()),
+            kind: Some(ar.kind.clone()),
+            namespace: Some(object.namespace.to_string()),
+            name: Some(object.name.to_string()),
+            ..Default::default()
+        };
+        let (type_, reason, note) = match &result {
+            Ok(_) => (
+                EventType::Normal,
+                "ConfigChanged",
+                format!("{source} was {event}d; requested reconciliation"),
+            ),
+            Err(err) => {
+                warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot request reconciliation");
+                (
+                    EventType::Warning,
+                    "ReconcileRequestFailed",
+                    format!("{source} was {event}d but requesting reconciliation failed: {err}"),
+                )
+            }
+        };
+        publish(
+            &self.recorder,
+            &reference,
+            type_,
+            reason,
+            note,
+            "RequestReconcile",
+        )
+        .await;
+    }
+}
+
+/// Go's `time.RFC3339Nano` of now (trailing zeros of the fraction trimmed), as `flux reconcile`.
+fn rfc3339_nano_now() -> String {
+    Utc::now().to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}

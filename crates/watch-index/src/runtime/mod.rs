@@ -1,0 +1,226 @@
+//! The async kube glue (feature `runtime`): what another controller embeds to get conflux's
+//! behaviour, not only its data structures. Modelled on kubert: one [`Runtime`] owns the client,
+//! the shared watches with their re-list and backoff handling, health and watch metrics; the
+//! controllers are fed by its streams.
+//!
+//! - [`informer`]: one fault-tolerant watch per kind, fanned out to every subscriber, with
+//!   re-lists diffed so nothing is lost.
+//! - [`configs`]: the one metadata-only watch of ConfigMaps and one of Secrets per process.
+//! - [`trigger`]: Flux's watch-configs behaviour as a stream: config change → the referrers to
+//!   reconcile, with the first-list baseline and both trigger modes.
+//! - [`flux`]: the flux-trigger executor (`reconcile.fluxcd.io/requestedAt` on Flux objects).
+//! - [`health`]: readiness and liveness as a tree of named parts.
+//! - [`events`]: Kubernetes Events, and API calls bounded in time.
+
+pub mod configs;
+pub mod events;
+pub mod flux;
+pub mod health;
+pub mod informer;
+pub mod metrics;
+pub mod trigger;
+
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
+
+pub use configs::ConfigWatches;
+pub use health::{Health, Probe};
+pub use informer::{Change, Informer, Subscription, Watched};
+pub use metrics::WatchMetrics;
+
+/// Default bound after which a subscriber that leaves events unread fails liveness.
+pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(300);
+
+/// The process-wide runtime: one client, the watch metrics, the health tree. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Runtime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    metrics: Arc<WatchMetrics>,
+    health: Arc<Health>,
+    stall_after: Duration,
+    /// The watches started through this runtime; stopped when the last handle goes.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        for task in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("stall_after", &self.stall_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime over `client`. Register [`Runtime::metrics`] in the process's registry.
+    pub fn new(client: Client) -> Self {
+        Runtime {
+            inner: Arc::new(Inner {
+                client,
+                metrics: Arc::new(WatchMetrics::default()),
+                health: Arc::new(Health::new("conflux")),
+                stall_after: DEFAULT_STALL_AFTER,
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The same runtime with another stall bound (liveness fails after a subscriber left events
+    /// unread this long).
+    ///
+    /// Call it before starting watches: watches started through the old handle stop with it.
+    pub fn with_stall_after(self, stall_after: Duration) -> Self {
+        let inner = &self.inner;
+        Runtime {
+            inner: Arc::new(Inner {
+                client: inner.client.clone(),
+                metrics: inner.metrics.clone(),
+                health: inner.health.clone(),
+                stall_after,
+                tasks: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The one client of the process.
+    pub fn client(&self) -> Client {
+        self.inner.client.clone()
+    }
+
+    /// The watch metrics (register them once).
+    pub fn metrics(&self) -> &Arc<WatchMetrics> {
+        &self.inner.metrics
+    }
+
+    /// The root of the health tree.
+    pub fn health(&self) -> &Arc<Health> {
+        &self.inner.health
+    }
+
+    /// The stall bound of liveness.
+    pub fn stall_after(&self) -> Duration {
+        self.inner.stall_after
+    }
+
+    /// Starts a shared watch of a kind with a static type; its checks go under `health`.
+    pub fn informer<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &str,
+        health: &Health,
+    ) -> Informer<K>
+    where
+        K: Watched,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
+    {
+        let informer = Informer::spawn(
+            api,
+            config,
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.own(informer.task());
+        informer
+    }
+
+    /// Stops `task` when the last handle of this runtime goes.
+    pub fn own(&self, task: &tokio::task::AbortHandle) {
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task.clone());
+    }
+
+    /// Starts a shared watch of a kind found by discovery.
+    pub fn informer_with<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        dyntype: K::DynamicType,
+        resource: &str,
+        health: &Health,
+    ) -> Informer<K>
+    where
+        K: Watched + Resource,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let informer = Informer::spawn_with(
+            api,
+            config,
+            dyntype,
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.own(informer.task());
+        informer
+    }
+}
+
+/// Exponential backoff for start-up steps that must not make the process exit (discovery, first
+/// reads): 0.5 s doubling to 30 s.
+#[derive(Debug, Clone)]
+pub struct StartupBackoff {
+    next: Duration,
+}
+
+impl Default for StartupBackoff {
+    fn default() -> Self {
+        StartupBackoff {
+            next: Duration::from_millis(500),
+        }
+    }
+}
+
+impl StartupBackoff {
+    /// Sleeps the current delay and doubles it (up to 30 s).
+    pub async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(Duration::from_secs(30));
+    }
+}
+
+/// `(namespace, name)` of an object.
+pub fn object_id(meta: &kube::api::ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The watcher configuration for objects sharded by `selector` (`--watch-label-selector`).
+pub fn sharded(selector: &crate::selector::Selector) -> watcher::Config {
+    let wc = watcher::Config::default();
+    if selector.is_empty() {
+        wc
+    } else {
+        wc.labels(&selector.to_string())
+    }
+}

@@ -1,0 +1,592 @@
+//! Flux's watch-configs behaviour as a stream: when a ConfigMap or Secret changes, which
+//! referrers should reconcile (docs/design.md section 3.3).
+//!
+//! - A [`ReferrerIndex`] is fed by informers of the referrer kinds (Flux's, or your own CRD with
+//!   its own [`ReferenceSet`] paths) and answers "who references this config".
+//! - A [`ConfigTrigger`] subscribes to the shared ConfigMap/Secret watches. The initial list is
+//!   the baseline and fires nothing (a restart must not reconcile the whole cluster); every later
+//!   change, including those a re-list finds after a watch gap, goes through [`Trigger::decide`]
+//!   (Flux's exact rule, or data-hash) and, when it fires, yields a [`Fired`] with the referrers,
+//!   Kustomizations in `dependsOn` order.
+//!
+//! Plug it into a kube `Controller` with `reconcile_on`:
+//!
+//! ```no_run
+//! # use std::sync::Arc;
+//! # use futures::StreamExt;
+//! # use k8s_openapi::api::core::v1::Secret;
+//! # use kube::runtime::controller::{Action, Controller};
+//! # use watch_index::refs::{ConfigKind, ReferenceSet};
+//! # use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
+//! # use watch_index::runtime::{ConfigWatches, Runtime};
+//! # use watch_index::trigger::{Mode, Trigger};
+//! # async fn doc(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
+//! # type Widget = k8s_openapi::api::core::v1::ConfigMap;
+//! let rt = Runtime::new(client.clone());
+//! let configs = ConfigWatches::start(&rt, None);
+//! let widgets = rt.informer(kube::Api::<Widget>::all(client.clone()), Default::default(), "Widget", rt.health());
+//! let mut refs = ReferenceSet::new();
+//! refs.register_path("", "ConfigMap", ConfigKind::Secret, "data.secretName")?;
+//! let index = ReferrerIndex::new(refs);
+//! index.feed(&widgets, "v1", "ConfigMap");
+//! let trigger = Trigger::from_flag("reconcile.fluxcd.io/watch=Enabled", Mode::Upstream)?;
+//! let fired = ConfigTrigger::new(trigger, index, client).stream(&configs);
+//! let requests = fired.flat_map(|f| futures::stream::iter(f.requests::<Widget>("", "ConfigMap")));
+//! Controller::for_shared_stream(widgets.subscribe("widgets").touched(), widgets.store())
+//!     .reconcile_on(requests)
+//! #   .run(|_, _| async { Ok::<_, kube::Error>(Action::await_change()) }, |_, _, _: Arc<()>| Action::await_change(), Arc::new(()))
+//! #   .for_each(|_| async {}).await;
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, PartialObjectMeta};
+use kube::{Client, Resource, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::Serialize;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::configs::{ConfigResource, ConfigWatches};
+use super::events::bounded;
+use super::informer::{Change, Informer, Watched};
+use crate::index::{DependencyOrder, ReverseIndex};
+use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet};
+use crate::trigger::{self, Decision, Event as ConfigEvent, Mode, Observed, Trigger, Why};
+
+/// Labels of a ConfigMap/Secret event seen by the trigger.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ConfigEventLabels {
+    /// `ConfigMap` or `Secret`.
+    pub kind: String,
+    /// `create`, `update` or `delete`.
+    pub event: String,
+    /// `fire` when referrers were asked to reconcile, `skip` otherwise.
+    pub decision: String,
+}
+
+/// Metrics of the trigger and its index.
+#[derive(Debug, Default)]
+pub struct TriggerMetrics {
+    /// `trigger_config_events_total`.
+    pub config_events: Family<ConfigEventLabels, Counter>,
+    /// `index_referrers`.
+    pub index_referrers: Gauge,
+    /// `index_keys`.
+    pub index_keys: Gauge,
+}
+
+impl TriggerMetrics {
+    /// Registers every metric in `registry` (names without a prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "trigger_config_events",
+            "ConfigMap/Secret events seen by the flux-trigger controller",
+            self.config_events.clone(),
+        );
+        registry.register(
+            "index_referrers",
+            "Objects in the reverse index that reference at least one ConfigMap/Secret",
+            self.index_referrers.clone(),
+        );
+        registry.register(
+            "index_keys",
+            "Distinct ConfigMaps/Secrets referenced by indexed objects",
+            self.index_keys.clone(),
+        );
+    }
+}
+
+/// The referrer → config index, fed by informers of the referrer kinds. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ReferrerIndex {
+    inner: Arc<IndexInner>,
+}
+
+#[derive(Debug)]
+struct IndexInner {
+    /// One writer at a time (the feeds), many readers; critical sections never await.
+    index: RwLock<ReverseIndex>,
+    refs: ReferenceSet,
+    /// One flag per feed: listed at least once.
+    feeds: Mutex<Vec<Arc<AtomicBool>>>,
+    metrics: Arc<TriggerMetrics>,
+}
+
+impl ReferrerIndex {
+    /// An empty index extracting references with `refs`.
+    pub fn new(refs: ReferenceSet) -> Self {
+        Self::with_metrics(refs, Arc::new(TriggerMetrics::default()))
+    }
+
+    /// Same, reporting the index size in `metrics`.
+    pub fn with_metrics(refs: ReferenceSet, metrics: Arc<TriggerMetrics>) -> Self {
+        ReferrerIndex {
+            inner: Arc::new(IndexInner {
+                index: RwLock::new(ReverseIndex::new()),
+                refs,
+                feeds: Mutex::new(Vec::new()),
+                metrics,
+            }),
+        }
+    }
+
+    /// Keeps the index in step with the objects of `informer` (of `api_version`/`kind`, which list
+    /// items lack), on a task of its own.
+    pub fn feed<K>(&self, informer: &Informer<K>, api_version: &str, kind: &str)
+    where
+        K: Watched + Serialize,
+        K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+    {
+        let flag = Arc::new(AtomicBool::new(false));
+        self.inner
+            .feeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(flag.clone());
+        let mut sub = informer.subscribe(&format!("index {kind}"));
+        let this = self.clone();
+        let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
+        let group = api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g.to_owned())
+            .unwrap_or_default();
+        tokio::spawn(async move {
+            while let Some(change) = sub.recv().await {
+                match change {
+                    Change::Initial(obj) | Change::Applied(obj) => {
+                        this.apply(&*obj, &group, &api_version, &kind);
+                    }
+                    Change::Deleted(obj) => {
+                        let object = ObjectRef::new(
+                            group.as_str(),
+                            kind.as_str(),
+                            obj.namespace().unwrap_or_default(),
+                            obj.name_any(),
+                        );
+                        this.write().delete(&object);
+                        this.update_gauges();
+                    }
+                    Change::InitDone => flag.store(true, Ordering::Release),
+                }
+            }
+        });
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ReverseIndex> {
+        self.inner.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Puts one referrer into the index (or removes it when it references nothing any more).
+    fn apply<K: Resource + Serialize>(&self, obj: &K, group: &str, api_version: &str, kind: &str) {
+        let object = ObjectRef::new(
+            group,
+            kind,
+            obj.meta().namespace.clone().unwrap_or_default(),
+            obj.meta().name.clone().unwrap_or_default(),
+        );
+        let mut value = match serde_json::to_value(obj) {
+            Ok(v) => v,
+            Err(err) => {
+                warn!(object = %object, error = %err, "cannot read referrer; not indexed");
+                return;
+            }
+        };
+        value["apiVersion"] = api_version.into();
+        value["kind"] = kind.into();
+        let referrer = self.inner.refs.extract(&value);
+        {
+            let mut index = self.write();
+            match referrer {
+                Some(referrer) => index.apply(referrer),
+                None => {
+                    index.delete(&object);
+                }
+            }
+        }
+        self.update_gauges();
+    }
+
+    fn update_gauges(&self) {
+        let stats = self.read().stats();
+        let metrics = &self.inner.metrics;
+        metrics
+            .index_referrers
+            .set(i64::try_from(stats.referrers).unwrap_or(i64::MAX));
+        metrics
+            .index_keys
+            .set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
+    }
+
+    /// Reads the index.
+    pub fn read(&self) -> RwLockReadGuard<'_, ReverseIndex> {
+        self.inner.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether every feed has listed its kind once.
+    pub fn is_synced(&self) -> bool {
+        self.inner
+            .feeds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .all(|f| f.load(Ordering::Acquire))
+    }
+
+    /// Waits until every feed has listed its kind once.
+    pub async fn wait_synced(&self) {
+        while !self.is_synced() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn is_referenced(&self, kind: ConfigKind, id: &(String, String)) -> bool {
+        self.read().is_referenced(kind, &id.0, &id.1)
+    }
+}
+
+/// What happened to the config of a [`Fired`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigChange {
+    /// Created (or first seen after the baseline).
+    Created,
+    /// Changed.
+    Updated,
+    /// Deleted.
+    Deleted,
+}
+
+impl ConfigChange {
+    /// `create`, `update` or `delete`, as in metrics and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConfigChange::Created => "create",
+            ConfigChange::Updated => "update",
+            ConfigChange::Deleted => "delete",
+        }
+    }
+}
+
+/// A config change that fired: the referrers to ask to reconcile.
+#[derive(Debug, Clone)]
+pub struct Fired {
+    /// The ConfigMap/Secret that changed.
+    pub source: ConfigKey,
+    /// What happened to it.
+    pub change: ConfigChange,
+    /// Why it fired.
+    pub why: Why,
+    /// Its referrers, Kustomizations in `dependsOn` order (cycles reported).
+    pub order: DependencyOrder,
+}
+
+impl Fired {
+    /// The referrers of one kind as kube `ObjectRef`s, for `Controller::reconcile_on`.
+    pub fn requests<K>(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Vec<kube::runtime::reflector::ObjectRef<K>>
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.order
+            .order
+            .iter()
+            .filter(|o| o.group.as_ref() == group && o.kind.as_ref() == kind)
+            .map(|o| kube::runtime::reflector::ObjectRef::new(&o.name).within(&o.namespace))
+            .collect()
+    }
+}
+
+/// The config-event → referrer stream.
+#[derive(Clone)]
+pub struct ConfigTrigger {
+    trigger: Trigger,
+    index: ReferrerIndex,
+    client: Client,
+    concurrent: usize,
+}
+
+impl std::fmt::Debug for ConfigTrigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigTrigger")
+            .field("trigger", &self.trigger)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConfigTrigger {
+    /// A trigger deciding with `trigger`, looking referrers up in `index`; `client` reads data
+    /// (data-hash mode only, and only for referenced objects).
+    pub fn new(trigger: Trigger, index: ReferrerIndex, client: Client) -> Self {
+        ConfigTrigger {
+            trigger,
+            index,
+            client,
+            concurrent: 4,
+        }
+    }
+
+    /// Reads at most `concurrent` objects at once when recording data-hash baselines.
+    pub fn concurrent(mut self, concurrent: usize) -> Self {
+        self.concurrent = concurrent.max(1);
+        self
+    }
+
+    /// Subscribes to both kinds of `configs` and yields every change that fires. Changes are
+    /// decided once the referrer index has listed (they wait in the subscription until then).
+    pub fn stream(self, configs: &ConfigWatches) -> impl Stream<Item = Fired> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let this = Arc::new(self);
+        spawn_kind::<ConfigMap>(this.clone(), configs, tx.clone());
+        spawn_kind::<Secret>(this, configs, tx);
+        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) })
+    }
+}
+
+fn spawn_kind<K: ConfigResource>(
+    trigger: Arc<ConfigTrigger>,
+    configs: &ConfigWatches,
+    tx: mpsc::UnboundedSender<Fired>,
+) {
+    let sub = configs
+        .informer::<K>()
+        .subscribe(&format!("trigger {}", K::KIND));
+    tokio::spawn(async move {
+        trigger.index.wait_synced().await;
+        let mut state = KindState {
+            trigger: &trigger,
+            kind: K::KIND,
+            known: HashMap::new(),
+            baseline_done: false,
+            tx,
+        };
+        let mut sub = sub;
+        while let Some(change) = sub.recv().await {
+            state.on_change::<K>(change).await;
+        }
+    });
+}
+
+/// What is remembered of one ConfigMap/Secret between events: enough to tell create from update
+/// and, in data-hash mode, whether the data changed. Never the data itself.
+#[derive(Debug, Clone)]
+struct Seen {
+    resource_version: String,
+    data_hash: Option<DataHash>,
+}
+
+/// SHA-256 of what a ConfigMap/Secret holds.
+type DataHash = [u8; 32];
+
+struct KindState<'a> {
+    trigger: &'a ConfigTrigger,
+    kind: ConfigKind,
+    known: HashMap<(String, String), Seen>,
+    baseline_done: bool,
+    tx: mpsc::UnboundedSender<Fired>,
+}
+
+impl KindState<'_> {
+    async fn on_change<K: ConfigResource>(&mut self, change: Change<PartialObjectMeta<K>>) {
+        match change {
+            Change::Initial(meta) => {
+                let id = super::object_id(&meta.metadata);
+                let rv = meta.metadata.resource_version.clone().unwrap_or_default();
+                self.known.insert(
+                    id,
+                    Seen {
+                        resource_version: rv,
+                        data_hash: None,
+                    },
+                );
+            }
+            Change::InitDone => {
+                self.baseline_done = true;
+                if self.trigger.trigger.mode() == Mode::DataHash {
+                    self.record_baseline_hashes().await;
+                }
+                debug!(kind = %self.kind, objects = self.known.len(), "trigger: baseline recorded");
+            }
+            Change::Applied(meta) => self.on_apply(&meta.metadata).await,
+            Change::Deleted(meta) => {
+                let id = super::object_id(&meta.metadata);
+                let last = self.known.remove(&id);
+                let rv = last.map(|s| s.resource_version).unwrap_or_default();
+                let decision = self.trigger.trigger.decide(
+                    &ConfigEvent::Deleted(Observed::new(&meta.metadata.labels, &rv)),
+                    self.trigger.index.is_referenced(self.kind, &id),
+                );
+                self.fire(&id, ConfigChange::Deleted, decision);
+            }
+        }
+    }
+
+    async fn on_apply(&mut self, meta: &kube::api::ObjectMeta) {
+        let trigger = self.trigger;
+        let id = super::object_id(meta);
+        let matched = trigger.trigger.selector().matches(&meta.labels);
+        let new_rv = meta.resource_version.clone().unwrap_or_default();
+        let previous = self.known.get(&id).cloned();
+        let has_referrers = trigger.index.is_referenced(self.kind, &id);
+        // Data is read only when it can matter: data-hash mode, a matching object, referrers.
+        let data_hash = if trigger.trigger.mode() == Mode::DataHash && matched && has_referrers {
+            match fetch_data_hash(&trigger.client, self.kind, &id).await {
+                Ok(hash) => hash,
+                Err(err) => {
+                    warn!(kind = %self.kind, namespace = %id.0, name = %id.1, reason = err.reason(), error = %err, "trigger: cannot read data");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let new_observed = match &data_hash {
+            Some(hash) => Observed::new(&meta.labels, &new_rv).with_data_hash(hash),
+            None => Observed::new(&meta.labels, &new_rv),
+        };
+        let decision = match &previous {
+            None => trigger
+                .trigger
+                .decide(&ConfigEvent::Created(new_observed), has_referrers),
+            Some(old) => {
+                // The old labels do not matter to the rule (the new ones decide); the old
+                // resourceVersion and data hash do.
+                let no_labels: Option<&std::collections::BTreeMap<String, String>> = None;
+                let mut old_observed = Observed::new(&no_labels, &old.resource_version);
+                if let Some(hash) = &old.data_hash {
+                    old_observed = old_observed.with_data_hash(hash);
+                }
+                trigger.trigger.decide(
+                    &ConfigEvent::Updated {
+                        old: old_observed,
+                        new: new_observed,
+                    },
+                    has_referrers,
+                )
+            }
+        };
+        let change = if previous.is_none() {
+            ConfigChange::Created
+        } else {
+            ConfigChange::Updated
+        };
+        self.known.insert(
+            id.clone(),
+            Seen {
+                resource_version: new_rv,
+                data_hash: data_hash.or(previous.and_then(|p| p.data_hash)),
+            },
+        );
+        self.fire(&id, change, decision);
+    }
+
+    fn fire(&self, id: &(String, String), change: ConfigChange, decision: Decision) {
+        let key = ConfigKey::new(self.kind, id.0.as_str(), id.1.as_str());
+        let fired = match decision {
+            Decision::Fire(why) => {
+                let order = self
+                    .trigger
+                    .index
+                    .read()
+                    .referrers_in_dependency_order(&key);
+                (!order.order.is_empty()).then_some((why, order))
+            }
+            Decision::Skip(_) => None,
+        };
+        self.trigger
+            .index
+            .inner
+            .metrics
+            .config_events
+            .get_or_create(&ConfigEventLabels {
+                kind: self.kind.as_str().to_owned(),
+                event: change.as_str().to_owned(),
+                decision: if fired.is_some() { "fire" } else { "skip" }.to_owned(),
+            })
+            .inc();
+        if let Some((why, order)) = fired {
+            let _ = self.tx.send(Fired {
+                source: key,
+                change,
+                why,
+                order,
+            });
+        }
+    }
+
+    /// Hashes of the data of every referenced, matching object, once the baseline is complete.
+    async fn record_baseline_hashes(&mut self) {
+        let trigger = self.trigger;
+        let kind = self.kind;
+        let wanted: Vec<(String, String)> = self
+            .known
+            .keys()
+            .filter(|id| trigger.index.is_referenced(kind, id))
+            .cloned()
+            .collect();
+        let hashes: Vec<_> = futures::stream::iter(wanted)
+            .map(|id| async move {
+                let hash = fetch_data_hash(&trigger.client, kind, &id)
+                    .await
+                    .ok()
+                    .flatten();
+                (id, hash)
+            })
+            .buffer_unordered(trigger.concurrent)
+            .collect()
+            .await;
+        for (id, hash) in hashes {
+            if let Some(seen) = self.known.get_mut(&id) {
+                seen.data_hash = hash;
+            }
+        }
+    }
+}
+
+/// Reads one object and hashes its data; `None` when it no longer exists. The data is dropped
+/// right after hashing and never logged.
+async fn fetch_data_hash(
+    client: &Client,
+    kind: ConfigKind,
+    id: &(String, String),
+) -> crate::Result<Option<DataHash>> {
+    let action = format!("reading {kind} {}/{}", id.0, id.1);
+    match kind {
+        ConfigKind::ConfigMap => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &id.0);
+            Ok(bounded(action, api.get_opt(&id.1)).await?.map(|cm| {
+                let text = cm.data.unwrap_or_default();
+                let binary = cm.binary_data.unwrap_or_default();
+                trigger::data_hash(
+                    "",
+                    text.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+                    binary.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+                )
+            }))
+        }
+        ConfigKind::Secret => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), &id.0);
+            Ok(bounded(action, api.get_opt(&id.1)).await?.map(|secret| {
+                let data = secret.data.unwrap_or_default();
+                trigger::data_hash(
+                    secret.type_.as_deref().unwrap_or("Opaque"),
+                    data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+                    std::iter::empty(),
+                )
+            }))
+        }
+    }
+}
