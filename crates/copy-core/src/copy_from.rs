@@ -13,7 +13,7 @@
 //! let source = copy_source("v1", "Secret", Some(&annotations)).unwrap().unwrap();
 //! assert_eq!(source, SourceRef::new(SourceKind::Secret, "flux-system", "ghcr-auth"));
 //! // Other kinds are not copy targets, whatever they carry.
-//! assert!(copy_source("apps/v1", "Deployment", Some(&annotations)).is_none());
+//! assert_eq!(copy_source("apps/v1", "Deployment", Some(&annotations)), Ok(None));
 //! ```
 
 use std::collections::BTreeMap;
@@ -58,17 +58,21 @@ impl CopyFrom {
 
 /// The source an object asks to be a copy of.
 ///
-/// `None` when the object is not a copy target: not `apiVersion: v1` ConfigMap/Secret, or no
-/// `copyFrom` annotation. `Some(Err(_))` for a malformed value (report it on the target).
+/// `Ok(None)` when the object is not a copy target: not `apiVersion: v1` ConfigMap/Secret, or no
+/// `copyFrom` annotation. An error for a malformed value (report it on the target).
 /// Works on metadata alone, so the controller can decide from a metadata-only watch.
 pub fn copy_source(
     api_version: &str,
     kind: &str,
     annotations: Option<&BTreeMap<String, String>>,
-) -> Option<Result<SourceRef>> {
-    let kind = SourceKind::of_object(api_version, kind)?;
-    let value = annotations?.get(COPY_FROM_ANNOTATION)?;
-    Some(CopyFrom::parse(value).map(|c| c.source(kind)))
+) -> Result<Option<SourceRef>> {
+    let Some(kind) = SourceKind::of_object(api_version, kind) else {
+        return Ok(None);
+    };
+    let Some(value) = annotations.and_then(|a| a.get(COPY_FROM_ANNOTATION)) else {
+        return Ok(None);
+    };
+    CopyFrom::parse(value).map(|c| Some(c.source(kind)))
 }
 
 #[cfg(test)]
@@ -142,7 +146,7 @@ mod tests {
         ];
         for (api_version, kind, annotations, want) in cases {
             assert_eq!(
-                copy_source(api_version, kind, annotations.as_ref()),
+                copy_source(api_version, kind, annotations.as_ref()).transpose(),
                 want,
                 "{api_version} {kind}"
             );

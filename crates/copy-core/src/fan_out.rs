@@ -160,7 +160,7 @@ impl FanOut {
     /// The implicit fan-out of a source annotated `kopy.kot-labs.com/sync` (or `flynshue.io/sync`)
     /// with a label selector for target namespaces.
     ///
-    /// `None` when the source carries neither annotation. A source outside `trusted_namespaces`
+    /// `Ok(None)` when the source carries neither annotation. A source outside `trusted_namespaces`
     /// (`--sync-source-namespaces`) is refused with [`Error::UntrustedSyncSource`]: otherwise any
     /// tenant could plant objects in every namespace. Copies keep the source's name, carry no extra
     /// labels, are pruned when a namespace stops matching and orphaned when the annotation goes.
@@ -168,30 +168,29 @@ impl FanOut {
         source: &SourceRef,
         source_annotations: Option<&BTreeMap<String, String>>,
         trusted_namespaces: impl IntoIterator<Item = &'t str>,
-    ) -> Option<Result<Self>> {
-        let annotations = source_annotations?;
-        let (annotation, value) = [KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY]
-            .into_iter()
-            .find_map(|a| annotations.get(a).map(|v| (a, v)))?;
+    ) -> Result<Option<Self>> {
+        let found = source_annotations.and_then(|annotations| {
+            [KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY]
+                .into_iter()
+                .find_map(|a| annotations.get(a).map(|v| (a, v)))
+        });
+        let Some((annotation, value)) = found else {
+            return Ok(None);
+        };
         let trusted = trusted_namespaces
             .into_iter()
             .any(|ns| ns == source.namespace);
         if !trusted {
-            return Some(Err(Error::UntrustedSyncSource {
+            return Err(Error::UntrustedSyncSource {
                 source_ref: source.clone(),
                 annotation,
-            }));
+            });
         }
-        let selector = match Selector::parse(value) {
-            Ok(selector) => selector,
-            Err(e) => {
-                return Some(Err(Error::InvalidSelector {
-                    context: format!("{annotation} on {source}"),
-                    message: e.to_string(),
-                }));
-            }
-        };
-        Some(Ok(FanOut::kopy(source, selector)))
+        let selector = Selector::parse(value).map_err(|e| Error::InvalidSelector {
+            context: format!("{annotation} on {source}"),
+            message: e.to_string(),
+        })?;
+        Ok(Some(FanOut::kopy(source, selector)))
     }
 
     /// The fan-out of a kopy source with an already parsed `selector`. With
@@ -569,14 +568,15 @@ mod tests {
                 namespace: namespace.to_owned(),
                 ..source.clone()
             };
-            let got = FanOut::from_kopy(&source, annotations.as_ref(), trusted).map(|r| {
-                r.map(|f| f.selects(NamespaceView::new("t").labels(&tenant)))
-                    .map_err(|e| e.reason())
-            });
+            let got = FanOut::from_kopy(&source, annotations.as_ref(), trusted)
+                .transpose()
+                .map(|r| {
+                    r.map(|f| f.selects(NamespaceView::new("t").labels(&tenant)))
+                        .map_err(|e| e.reason())
+                });
             assert_eq!(got, want, "{case}");
         }
         let refused = FanOut::from_kopy(&source, ann(KOPY_SYNC_ANNOTATION, "").as_ref(), ["infra"])
-            .unwrap()
             .unwrap_err();
         assert_eq!(
             refused.to_string(),

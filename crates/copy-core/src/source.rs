@@ -14,55 +14,9 @@ use crate::Error;
 /// The Secret type the API server defaults to, and what an empty source type becomes.
 pub const SECRET_TYPE_OPAQUE: &str = "Opaque";
 
-/// The kinds that can be copied. Source and copy always have the same kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
-pub enum SourceKind {
-    /// A core/v1 ConfigMap.
-    ConfigMap,
-    /// A core/v1 Secret.
-    Secret,
-}
-
-impl SourceKind {
-    /// The Kubernetes `kind` string.
-    pub fn as_str(self) -> &'static str {
-        ConfigKind::from(self).as_str()
-    }
-
-    /// The kind of a copy target: `apiVersion: v1` and kind ConfigMap or Secret; anything else is
-    /// not a copy target (and is ignored, as Flux Operator does).
-    pub fn of_object(api_version: &str, kind: &str) -> Option<Self> {
-        if api_version != "v1" {
-            return None;
-        }
-        ConfigKind::from_kind(kind).map(Self::from)
-    }
-}
-
-impl From<SourceKind> for ConfigKind {
-    fn from(kind: SourceKind) -> Self {
-        match kind {
-            SourceKind::ConfigMap => ConfigKind::ConfigMap,
-            SourceKind::Secret => ConfigKind::Secret,
-        }
-    }
-}
-
-impl From<ConfigKind> for SourceKind {
-    fn from(kind: ConfigKind) -> Self {
-        match kind {
-            ConfigKind::ConfigMap => SourceKind::ConfigMap,
-            ConfigKind::Secret => SourceKind::Secret,
-        }
-    }
-}
-
-impl fmt::Display for SourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The kinds that can be copied (source and copy always have the same kind): watch-index's
+/// [`ConfigKind`], the one kind type of every conflux crate, under the name this crate's API uses.
+pub type SourceKind = ConfigKind;
 
 /// A ConfigMap or Secret by kind, namespace and name (the `source` of a `ConfigSync`, the value of a
 /// `copyFrom` annotation plus the target's kind).
@@ -98,11 +52,7 @@ impl SourceRef {
 
     /// The key of this source in watch-index's reverse index.
     pub fn config_key(&self) -> ConfigKey {
-        ConfigKey::new(
-            self.kind.into(),
-            self.namespace.as_str(),
-            self.name.as_str(),
-        )
+        ConfigKey::new(self.kind, self.namespace.as_str(), self.name.as_str())
     }
 }
 

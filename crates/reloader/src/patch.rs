@@ -80,9 +80,9 @@ pub enum Action {
     /// Nothing to do.
     None,
     /// Record the hash on the workload's metadata; the pod template is unchanged.
-    RecordBaseline(Value),
+    RecordBaseline(WorkloadPatch),
     /// Set the template annotation (this rolls the workload) and the baseline.
-    Rollout(Value),
+    Rollout(WorkloadPatch),
 }
 
 /// The value of [`BASELINE_ANNOTATION`] for a hash: `<content hex>.<watched-set hex>`.
@@ -103,7 +103,7 @@ pub fn decide(state: &WorkloadState, current: &ContentHash) -> Action {
             if content == current.hex {
                 Action::None
             } else {
-                Action::Rollout(apply_patch(
+                Action::Rollout(WorkloadPatch::new(
                     state,
                     &baseline_value(current),
                     Some(&current.hex),
@@ -111,7 +111,7 @@ pub fn decide(state: &WorkloadState, current: &ContentHash) -> Action {
             }
         }
         // Absent, unreadable, or another watched set: record, keep the template as it is.
-        _ => Action::RecordBaseline(apply_patch(
+        _ => Action::RecordBaseline(WorkloadPatch::new(
             state,
             &baseline_value(current),
             state.template_hash.as_deref(),
@@ -119,26 +119,61 @@ pub fn decide(state: &WorkloadState, current: &ContentHash) -> Action {
     }
 }
 
-/// The SSA body: apiVersion, kind, name, namespace, the baseline, and the template annotation when
-/// given (nothing else, so we own nothing else).
-pub fn apply_patch(state: &WorkloadState, baseline: &str, template_hash: Option<&str>) -> Value {
-    let mut patch = json!({
-        "apiVersion": state.kind.api_version(),
-        "kind": state.kind.as_str(),
-        "metadata": {
-            "name": state.name,
-            "namespace": state.namespace,
-            "annotations": {BASELINE_ANNOTATION: baseline},
-        },
-    });
-    if let Some(hash) = template_hash {
-        let template = json!({"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: hash}}});
-        patch["spec"] = match state.kind {
-            WorkloadKind::CronJob => json!({"jobTemplate": {"spec": {"template": template}}}),
-            _ => json!({"template": template}),
-        };
+/// What one server-side apply of [`FIELD_MANAGER`] sets on a workload: the baseline on its
+/// metadata and, when present, the template annotation (nothing else, so we own nothing else).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadPatch {
+    /// The workload's kind.
+    pub kind: WorkloadKind,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The value of [`BASELINE_ANNOTATION`].
+    pub baseline: String,
+    /// The value of [`CONFIG_HASH_ANNOTATION`] on the pod template; `None` leaves the template
+    /// out of the patch.
+    pub template_hash: Option<String>,
+}
+
+impl WorkloadPatch {
+    /// The patch for `state` with `baseline` and `template_hash`.
+    pub fn new(state: &WorkloadState, baseline: &str, template_hash: Option<&str>) -> Self {
+        WorkloadPatch {
+            kind: state.kind,
+            namespace: state.namespace.clone(),
+            name: state.name.clone(),
+            baseline: baseline.to_owned(),
+            template_hash: template_hash.map(str::to_owned),
+        }
     }
-    patch
+
+    /// The server-side apply body with the kind's default `apiVersion`.
+    pub fn body(&self) -> Value {
+        self.body_for(self.kind.api_version())
+    }
+
+    /// The server-side apply body for the version the cluster serves (a `batch/v1beta1` CronJob
+    /// on Kubernetes before 1.21 has the same shape).
+    pub fn body_for(&self, api_version: &str) -> Value {
+        let mut patch = json!({
+            "apiVersion": api_version,
+            "kind": self.kind.as_str(),
+            "metadata": {
+                "name": self.name,
+                "namespace": self.namespace,
+                "annotations": {BASELINE_ANNOTATION: self.baseline},
+            },
+        });
+        if let Some(hash) = &self.template_hash {
+            let template = json!({"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: hash}}});
+            patch["spec"] = match self.kind {
+                WorkloadKind::CronJob => json!({"jobTemplate": {"spec": {"template": template}}}),
+                _ => json!({"template": template}),
+            };
+        }
+        patch
+    }
 }
 
 #[cfg(test)]
@@ -174,18 +209,9 @@ mod tests {
             Action::None => return s.clone(),
             Action::RecordBaseline(p) | Action::Rollout(p) => p,
         };
-        let template = match s.kind {
-            WorkloadKind::CronJob => "/spec/jobTemplate/spec/template/metadata/annotations",
-            _ => "/spec/template/metadata/annotations",
-        };
         WorkloadState {
-            baseline: patch["metadata"]["annotations"][BASELINE_ANNOTATION]
-                .as_str()
-                .map(Into::into),
-            template_hash: patch
-                .pointer(template)
-                .and_then(|a| a[CONFIG_HASH_ANNOTATION].as_str())
-                .map(Into::into),
+            baseline: Some(patch.baseline.clone()),
+            template_hash: patch.template_hash.clone(),
             ..s.clone()
         }
     }
@@ -303,7 +329,7 @@ mod tests {
             panic!("expected a rollout");
         };
         assert_eq!(
-            p,
+            p.body(),
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "ns",
@@ -316,7 +342,7 @@ mod tests {
             panic!("expected a baseline");
         };
         assert_eq!(
-            p,
+            p.body(),
             json!({
                 "apiVersion": "batch/v1", "kind": "CronJob",
                 "metadata": {"name": "web", "namespace": "ns",
@@ -328,13 +354,13 @@ mod tests {
             panic!("expected a rollout");
         };
         assert_eq!(
-            p.pointer(
+            p.body().pointer(
                 "/spec/jobTemplate/spec/template/metadata/annotations/conflux.dev~1config-hash"
             ),
             Some(&json!("b"))
         );
         for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
-            let p = apply_patch(&state(kind, None, None), "x", Some("x"));
+            let p = WorkloadPatch::new(&state(kind, None, None), "x", Some("x")).body();
             assert_eq!(p["apiVersion"], "apps/v1");
             assert_eq!(p["kind"], kind.as_str());
         }

@@ -123,10 +123,8 @@ impl Harness {
             Action::RecordBaseline(p) => ("baseline", p),
             Action::Rollout(p) => ("rollout", p),
         };
-        let ann = |ptr: &str| patch.pointer(ptr).and_then(Value::as_str).map(String::from);
-        self.state.baseline = ann("/metadata/annotations/conflux.dev~1config-hash-baseline");
-        self.state.template_hash =
-            ann("/spec/template/metadata/annotations/conflux.dev~1config-hash");
+        self.state.baseline = Some(patch.baseline.clone());
+        self.state.template_hash = patch.template_hash.clone();
         word
     }
 }

@@ -35,8 +35,12 @@ pub const NOTIFICATION_GROUP: &str = "notification.toolkit.fluxcd.io";
 /// Annotation that makes a ConfigMap/Secret a copy of `namespace/name` (Flux Operator).
 pub const COPY_FROM_ANNOTATION: &str = "fluxcd.controlplane.io/copyFrom";
 
-/// The two kinds of configuration objects a reference can point at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// The two kinds of configuration objects: what a reference points at, what a copy copies, what
+/// a pod consumes. The one kind type of every conflux crate.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 pub enum ConfigKind {
     /// A core/v1 ConfigMap.
     ConfigMap,
@@ -51,6 +55,15 @@ impl ConfigKind {
             ConfigKind::ConfigMap => "ConfigMap",
             ConfigKind::Secret => "Secret",
         }
+    }
+
+    /// The kind of a `v1` object: `apiVersion: v1` and kind ConfigMap or Secret; anything else
+    /// (another group, another kind) is `None`.
+    pub fn of_object(api_version: &str, kind: &str) -> Option<Self> {
+        if api_version != "v1" {
+            return None;
+        }
+        Self::from_kind(kind)
     }
 
     /// Parses a Kubernetes `kind` string (exact, case-sensitive, as the API server spells it).

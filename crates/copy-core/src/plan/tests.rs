@@ -595,7 +595,7 @@ fn kopy_copies_are_owned_by_their_source() {
     annotations.insert("x".to_owned(), "y".to_owned());
     let f = FanOut::from_kopy(&src.source_ref(), Some(&annotations), ["flux-system"])
         .unwrap()
-        .unwrap();
+        .expect("annotated");
     let steps = plan_sync(&f, Some(&src), views_of(CLUSTER).iter().map(view), &[]);
     assert_eq!(
         steps.iter().map(summary).collect::<Vec<_>>(),

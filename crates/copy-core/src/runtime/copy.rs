@@ -123,7 +123,10 @@ async fn run_kind<K: ConfigResource>(
         .touched()
         .filter(move |meta| {
             let keep = target_ctx.handles(&meta.metadata)
-                && copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()).is_some();
+                && !matches!(
+                    copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
+                    Ok(None)
+                );
             async move { keep }
         });
     let sources = informer
@@ -187,7 +190,7 @@ fn copies_of<K: ConfigResource>(
         }
     }
     index
-        .referrers_of(kind.into(), &namespace, &name)
+        .referrers_of(kind, &namespace, &name)
         .map(|r| KubeObjectRef::new(&r.name).within(&r.namespace))
         .collect()
 }
@@ -215,8 +218,10 @@ async fn reconcile<K: ConfigResource>(
 ) -> Result<Action, Error> {
     let namespace = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
-    let Some(wanted) = copy_source("v1", kind.as_str(), obj.metadata.annotations.as_ref()) else {
-        return Ok(Action::await_change());
+    let wanted = match copy_source("v1", kind.as_str(), obj.metadata.annotations.as_ref()) {
+        Ok(None) => return Ok(Action::await_change()),
+        Ok(Some(source)) => Ok(source),
+        Err(malformed) => Err(malformed),
     };
     let key = format!("{kind}/{namespace}/{name}");
     let reference = object_reference(kind, &obj.metadata);

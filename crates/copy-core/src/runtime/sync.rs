@@ -747,8 +747,8 @@ async fn reconcile_kopy<K: ConfigResource>(
     let annotations = meta.metadata.annotations.as_ref();
     let trusted = ctx.config.sync_source_namespaces.iter().map(String::as_str);
     let fan_out = match FanOut::from_kopy(&source_ref, annotations, trusted) {
-        None => return release_kopy(&ctx, &source_ref, &reference).await,
-        Some(Err(refused)) => {
+        Ok(None) => return release_kopy(&ctx, &source_ref, &reference).await,
+        Err(refused) => {
             // Refused or unparsable: reported once per change of the source, not retried.
             warn!(source = %key, error = %refused, "sync: kopy annotation refused");
             publish(
@@ -762,7 +762,7 @@ async fn reconcile_kopy<K: ConfigResource>(
             .await;
             return Ok(Action::await_change());
         }
-        Some(Ok(fan_out)) => fan_out,
+        Ok(Some(fan_out)) => fan_out,
     };
     let outcome = fan_out_once(&ctx, &fan_out, &reference).await?;
     if outcome.failed == 0 && outcome.problem.is_none() {

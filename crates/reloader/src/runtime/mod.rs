@@ -61,7 +61,9 @@ use crate::consumers::Consumption;
 use crate::hash::{ConfigData, ContentHash, content_hash};
 use crate::index::ConsumerIndex;
 use crate::opt_in::{Options, watched_configs};
-use crate::patch::{Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadState, decide};
+use crate::patch::{
+    Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadPatch, WorkloadState, decide,
+};
 use crate::{Error, Result, Workload, WorkloadKind};
 use scheduler::{Pending, Schedule, TokenBucket};
 
@@ -995,14 +997,14 @@ async fn fail(ctx: &Context, plan: &Plan, err: Error) {
 
 /// Server-side applies `patch` (field manager [`FIELD_MANAGER`], forced) and keeps the returned
 /// object, so a second evaluation before the watch catches up sees our write.
-async fn apply(ctx: &Context, plan: &Plan, mut patch: serde_json::Value) -> Result<()> {
+async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> Result<()> {
     let kind = plan.workload.workload().kind();
     let ar = ctx.state().resources.get(&kind).cloned();
     let Some(ar) = ar else {
         return Err(Error::KindNotServed { kind });
     };
     // The served version (a `batch/v1beta1` CronJob on Kubernetes < 1.21).
-    patch["apiVersion"] = serde_json::Value::String(ar.api_version.clone());
+    let patch = patch.body_for(&ar.api_version);
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &plan.object.namespace, &ar);
     let params = PatchParams::apply(FIELD_MANAGER).force();
