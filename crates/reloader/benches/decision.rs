@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
-use reloader::opt_in::{Options, watched_configs};
+use reloader::opt_in::{NamespaceConfigs, Options, watched_configs};
 use reloader::patch::{Action, WorkloadState, baseline_value, decide};
 use serde_json::json;
 use watch_index::refs::{ConfigKind, ObjectRef};
@@ -56,6 +56,22 @@ fn deployment(i: usize) -> Deployment {
     .unwrap_or_default()
 }
 
+/// One namespace of the store, as the opt-in rules read it (ConfigMaps only here).
+struct Namespace<'a> {
+    store: &'a Store,
+    ns: &'a str,
+}
+
+impl NamespaceConfigs for Namespace<'_> {
+    fn annotations(&self, _: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        get(self.store, self.ns, name).and_then(|cm| cm.metadata.annotations.as_ref())
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        Vec::new()
+    }
+}
+
 /// Everything the controller would hold in memory.
 struct World {
     index: ConsumerIndex,
@@ -80,8 +96,10 @@ fn on_config_update(world: &World, namespace: &str, name: &str) -> usize {
             &entry.consumers,
             &entry.opt_in,
             Options::default(),
-            |_, n| get(&world.store, ns, n).and_then(|cm| cm.metadata.annotations.as_ref()),
-            std::iter::empty(),
+            &Namespace {
+                store: &world.store,
+                ns,
+            },
         );
         let hash = content_hash(&watched, |_, n| {
             get(&world.store, ns, n).map(ConfigData::from_config_map)
@@ -122,13 +140,7 @@ fn world() -> (World, Vec<Deployment>) {
             continue;
         };
         let ns = state.namespace.clone();
-        let watched = watched_configs(
-            &entry.consumers,
-            &entry.opt_in,
-            Options::default(),
-            |_, _| None,
-            std::iter::empty(),
-        );
+        let watched = watched_configs(&entry.consumers, &entry.opt_in, Options::default(), &());
         let hash = content_hash(&watched, |_, n| {
             get(&store, &ns, n).map(ConfigData::from_config_map)
         });

@@ -327,22 +327,43 @@ impl OptIn {
     }
 }
 
+/// The ConfigMaps/Secrets of one namespace, as a controller's metadata cache knows them.
+pub trait NamespaceConfigs {
+    /// A config's annotations; `None` when it does not exist or has none.
+    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>>;
+
+    /// Every config of the namespace. Only asked for when a `reload` list holds a real regex.
+    fn names(&self) -> Vec<(ConfigKind, &str)>;
+}
+
+/// Nothing known: no config has annotations, none is listed (for workloads without regexes, or
+/// callers without a cache).
+impl NamespaceConfigs for () {
+    fn annotations(&self, _: ConfigKind, _: &str) -> Option<&BTreeMap<String, String>> {
+        None
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        Vec::new()
+    }
+}
+
 /// The configs whose content decides a workload's hash: the consumed ones it
 /// [`watches`](OptIn::watches), plus the configs its `reload` lists name that the pod does not
 /// consume (hashed whole, and optional: pods do not need them to start).
 ///
-/// `config_annotations` gives a config's annotations from the controller's metadata cache (`None`
-/// when absent). `candidates` lists the ConfigMaps/Secrets of the workload's namespace and is only
-/// read when a `reload` list holds a real regex ([`OptIn::has_regex_patterns`]); pass
-/// `std::iter::empty()` otherwise. Literal names are included even while absent, so their creation
-/// changes the hash. The result is sorted by (kind, name), one entry per object.
-pub fn watched_configs<'a>(
+/// `configs` is what the controller's metadata cache knows of the workload's namespace: each
+/// config's annotations, and (only asked when a `reload` list holds a real regex,
+/// [`OptIn::has_regex_patterns`]) the names of all of them. Literal names are included even while
+/// absent, so their creation changes the hash. The result is sorted by (kind, name), one entry per
+/// object.
+pub fn watched_configs(
     consumers: &[Consumption],
     opt_in: &OptIn,
     options: Options,
-    config_annotations: impl Fn(ConfigKind, &str) -> Option<&'a BTreeMap<String, String>>,
-    candidates: impl IntoIterator<Item = (ConfigKind, &'a str)>,
+    configs: &impl NamespaceConfigs,
 ) -> Vec<Consumption> {
+    let config_annotations = |kind: ConfigKind, name: &str| configs.annotations(kind, name);
     let mut out: Vec<Consumption> = consumers
         .iter()
         .filter(|c| {
@@ -379,7 +400,7 @@ pub fn watched_configs<'a>(
         }
     }
     if opt_in.has_regex_patterns() {
-        for (kind, name) in candidates {
+        for (kind, name) in configs.names() {
             add_named(kind, name, &mut out);
         }
     }
@@ -752,20 +773,34 @@ mod tests {
         let w = map(&[(CONFIGMAP_AUTO, "true"), (SECRET_RELOAD, "named, other-.*")]);
         let opt_in = OptIn::parse(w.as_ref(), None);
         let ignore = map(&[(IGNORE, "true")]).unwrap();
-        let annotations = |kind: ConfigKind, name: &str| {
-            (kind == ConfigMap && name == "ignored").then_some(&ignore)
-        };
-        let candidates = [
-            (Secret, "other-1"),
-            (Secret, "unrelated"),
-            (ConfigMap, "other-2"),
-        ];
+        struct Namespace<'a> {
+            ignore: &'a BTreeMap<String, String>,
+        }
+        impl NamespaceConfigs for Namespace<'_> {
+            fn annotations(
+                &self,
+                kind: ConfigKind,
+                name: &str,
+            ) -> Option<&BTreeMap<String, String>> {
+                if kind == ConfigMap && name == "ignored" {
+                    Some(self.ignore)
+                } else {
+                    None
+                }
+            }
+            fn names(&self) -> Vec<(ConfigKind, &str)> {
+                vec![
+                    (Secret, "other-1"),
+                    (Secret, "unrelated"),
+                    (ConfigMap, "other-2"),
+                ]
+            }
+        }
         let got: Vec<(ConfigKind, String, bool, bool)> = watched_configs(
             &consumers,
             &opt_in,
             Options::default(),
-            annotations,
-            candidates,
+            &Namespace { ignore: &ignore },
         )
         .into_iter()
         .map(|c| (c.kind, c.name, c.keys == Keys::All, c.optional))
@@ -778,7 +813,7 @@ mod tests {
         assert_eq!(got, want);
         // Consumed and named: kept once, with the keys it reads.
         let opt_in = OptIn::parse(map(&[(SECRET_RELOAD, "creds")]).as_ref(), None);
-        let got = watched_configs(&consumers, &opt_in, Options::default(), |_, _| None, []);
+        let got = watched_configs(&consumers, &opt_in, Options::default(), &());
         assert_eq!(got, [consumers[2].clone()]);
     }
 }

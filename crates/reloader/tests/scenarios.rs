@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
-use reloader::opt_in::{Options, watched_configs};
+use reloader::opt_in::{NamespaceConfigs, Options, watched_configs};
 use reloader::patch::{Action, WorkloadState, decide};
 use serde_json::{Value, json};
 use watch_index::refs::ConfigKind;
@@ -19,6 +19,27 @@ use watch_index::refs::ConfigKind;
 struct Configs {
     config_maps: BTreeMap<String, ConfigMap>,
     secrets: BTreeMap<String, Secret>,
+}
+
+impl NamespaceConfigs for Configs {
+    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        match kind {
+            ConfigKind::ConfigMap => self.config_maps.get(name)?.metadata.annotations.as_ref(),
+            ConfigKind::Secret => self.secrets.get(name)?.metadata.annotations.as_ref(),
+        }
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        let cms = self
+            .config_maps
+            .keys()
+            .map(|n| (ConfigKind::ConfigMap, n.as_str()));
+        let secrets = self
+            .secrets
+            .keys()
+            .map(|n| (ConfigKind::Secret, n.as_str()));
+        cms.chain(secrets).collect()
+    }
 }
 
 impl Configs {
@@ -41,13 +62,6 @@ impl Configs {
             ..Default::default()
         };
         self.secrets.insert(name.into(), s);
-    }
-
-    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
-        match kind {
-            ConfigKind::ConfigMap => self.config_maps.get(name)?.metadata.annotations.as_ref(),
-            ConfigKind::Secret => self.secrets.get(name)?.metadata.annotations.as_ref(),
-        }
     }
 
     fn data(&self, kind: ConfigKind, name: &str) -> Option<ConfigData<'_>> {
@@ -100,22 +114,7 @@ impl Harness {
             return "not-watched";
         }
         let entry = self.index.get(hits[0].workload).unwrap();
-        let watched = watched_configs(
-            &entry.consumers,
-            &entry.opt_in,
-            Options::default(),
-            |k, n| configs.annotations(k, n),
-            configs
-                .config_maps
-                .keys()
-                .map(|n| (ConfigKind::ConfigMap, n.as_str()))
-                .chain(
-                    configs
-                        .secrets
-                        .keys()
-                        .map(|n| (ConfigKind::Secret, n.as_str())),
-                ),
-        );
+        let watched = watched_configs(&entry.consumers, &entry.opt_in, Options::default(), configs);
         let hash = content_hash(&watched, |k, n| configs.data(k, n));
         let action = decide(&self.state, &hash);
         let (word, patch) = match &action {

@@ -60,7 +60,7 @@ use watch_index::selector::Selector;
 use crate::consumers::Consumption;
 use crate::hash::{ConfigData, ContentHash, content_hash};
 use crate::index::ConsumerIndex;
-use crate::opt_in::{Options, watched_configs};
+use crate::opt_in::{NamespaceConfigs, Options, watched_configs};
 use crate::patch::{
     Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadPatch, WorkloadState, decide,
 };
@@ -286,18 +286,19 @@ struct State {
     resources: HashMap<WorkloadKind, ApiResource>,
 }
 
-impl State {
-    fn config_annotations(
-        &self,
-        kind: ConfigKind,
-        namespace: &str,
-        name: &str,
-    ) -> Option<&BTreeMap<String, String>> {
-        self.configs
-            .get(namespace)?
-            .get(&(kind, name.to_owned()))?
-            .annotations
-            .as_ref()
+/// One namespace of the metadata cache, as the opt-in rules read it.
+struct NamespaceView<'a>(Option<&'a BTreeMap<(ConfigKind, String), ConfigMeta>>);
+
+impl NamespaceConfigs for NamespaceView<'_> {
+    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.0?.get(&(kind, name.to_owned()))?.annotations.as_ref()
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        self.0
+            .into_iter()
+            .flat_map(|m| m.keys().map(|(k, n)| (*k, n.as_str())))
+            .collect()
     }
 }
 
@@ -729,23 +730,12 @@ async fn evaluate(ctx: &Arc<Context>, due: Vec<(ObjectRef, Pending)>) {
             .filter_map(|(object, pending)| {
                 let entry = state.index.get(&object)?;
                 let workload = state.workloads.get(&object)?.clone();
-                let ns = object.namespace.as_ref();
-                let candidates: Vec<(ConfigKind, &str)> = if entry.opt_in.has_regex_patterns() {
-                    state
-                        .configs
-                        .get(ns)
-                        .into_iter()
-                        .flat_map(|m| m.keys().map(|(k, n)| (*k, n.as_str())))
-                        .collect()
-                } else {
-                    Vec::new()
-                };
+                let configs = NamespaceView(state.configs.get(object.namespace.as_ref()));
                 let watched = watched_configs(
                     &entry.consumers,
                     &entry.opt_in,
                     ctx.config.options,
-                    |k, n| state.config_annotations(k, ns, n),
-                    candidates,
+                    &configs,
                 );
                 Some(Plan {
                     object,
