@@ -9,7 +9,7 @@
 //! what to reconcile; each request gets an Event on the Flux object and a metric.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use serde_json::json;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::events::{bounded, publish, recorder};
 use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
@@ -99,6 +99,8 @@ struct Executor {
     recorder: Recorder,
     /// Resolved API resources of the Flux kinds, by (group, kind).
     resources: RwLock<HashMap<(String, String), ApiResource>>,
+    /// Requests made per object, so a background retry knows when a newer request superseded it.
+    generations: Mutex<HashMap<ObjectRef, u64>>,
 }
 
 /// Runs the flux-trigger until the process ends. Nothing here makes it exit: discovery and the
@@ -118,6 +120,7 @@ pub async fn run(
         config,
         metrics,
         resources: RwLock::new(HashMap::new()),
+        generations: Mutex::new(HashMap::new()),
     });
     let discovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
@@ -239,7 +242,7 @@ async fn discover(
 
 impl Executor {
     /// Requests reconciliation of every referrer of one fired change.
-    async fn request_all(&self, fired: Fired) {
+    async fn request_all(self: &Arc<Self>, fired: Fired) {
         for cycle in &fired.order.cycles {
             let names: Vec<String> = cycle.iter().map(ToString::to_string).collect();
             warn!(cycle = %names.join(" -> "), "flux-trigger: dependsOn cycle among referrers; requesting all of them");
@@ -268,8 +271,57 @@ impl Executor {
             .await;
     }
 
-    /// Merge-patches `reconcile.fluxcd.io/requestedAt` on one referrer and records an Event.
-    async fn request(&self, object: &ObjectRef, source: &str, event: &str) {
+    /// Merge-patches `reconcile.fluxcd.io/requestedAt` on one referrer and records an Event. A
+    /// failed request is retried in the background with backoff (1 s doubling to 60 s) until it
+    /// succeeds, the object is gone, or a newer request for the same object supersedes it: a
+    /// trigger is never lost to a transient error, and never doubled by its own retries.
+    async fn request(self: &Arc<Self>, object: &ObjectRef, source: &str, event: &str) {
+        let generation = self.next_generation(object);
+        if self.try_request(object, source, event, true).await {
+            return;
+        }
+        let (this, object) = (self.clone(), object.clone());
+        let (source, event) = (source.to_owned(), event.to_owned());
+        tokio::spawn(async move {
+            let mut delay = Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(delay).await;
+                if this.current_generation(&object) != generation {
+                    return;
+                }
+                if this.try_request(&object, &source, &event, false).await {
+                    return;
+                }
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        });
+    }
+
+    fn next_generation(&self, object: &ObjectRef) -> u64 {
+        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let n = generations.entry(object.clone()).or_insert(0);
+        *n += 1;
+        *n
+    }
+
+    fn current_generation(&self, object: &ObjectRef) -> u64 {
+        self.generations
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(object)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// One attempt; `true` when done (written, or the object is gone). The Warning Event and log
+    /// line of a failure are written on the first attempt only.
+    async fn try_request(
+        &self,
+        object: &ObjectRef,
+        source: &str,
+        event: &str,
+        first: bool,
+    ) -> bool {
         let ar = self
             .resources
             .read()
@@ -277,7 +329,7 @@ impl Executor {
             .get(&(object.group.to_string(), object.kind.to_string()))
             .cloned();
         let Some(ar) = ar else {
-            return;
+            return true;
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &object.namespace, &ar);
@@ -310,12 +362,22 @@ impl Executor {
                 "ConfigChanged",
                 format!("{source} was {event}d; requested reconciliation"),
             ),
+            Err(crate::Error::Api { source, .. }) if source.is_not_found() => {
+                debug!(object = %object, "flux-trigger: referrer gone; nothing to request");
+                return true;
+            }
+            Err(err) if !first => {
+                debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: retry failed");
+                return false;
+            }
             Err(err) => {
-                warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot request reconciliation");
+                warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot request reconciliation; retrying with backoff");
                 (
                     EventType::Warning,
                     "ReconcileRequestFailed",
-                    format!("{source} was {event}d but requesting reconciliation failed: {err}"),
+                    format!(
+                        "{source} was {event}d but requesting reconciliation failed: {err}; retrying"
+                    ),
                 )
             }
         };
@@ -328,6 +390,7 @@ impl Executor {
             "RequestReconcile",
         )
         .await;
+        result.is_ok()
     }
 }
 
