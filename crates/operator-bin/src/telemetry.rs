@@ -1,5 +1,7 @@
 //! Structured logs with `tracing`, configured like Flux's `--log-level` and `--log-encoding`.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use tracing_subscriber::EnvFilter;
 
@@ -17,9 +19,12 @@ pub enum LogEncoding {
 pub fn init(level: &str, encoding: LogEncoding) -> anyhow::Result<()> {
     let filter =
         EnvFilter::try_new(level).with_context(|| format!("invalid --log-level '{level}'"))?;
+    // Logs go to stderr, as Flux's controllers write theirs; colour only on a terminal.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_target(true);
+        .with_target(true)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let result = match encoding {
         LogEncoding::Json => builder.json().flatten_event(true).try_init(),
         LogEncoding::Console => builder.try_init(),

@@ -260,6 +260,18 @@ pub fn data_hash<'a>(
     hasher.finalize().into()
 }
 
+/// Lower-case hex of `bytes` (digests in annotations).
+#[cfg(feature = "runtime")]
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -27,8 +27,10 @@ use tracing::{debug, info, warn};
 
 use super::events::{bounded, publish, recorder};
 use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
-use super::{ConfigWatches, Health, Probe, Runtime, StartupBackoff, sharded};
-use crate::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet};
+use super::{ConfigWatches, Health, Informer, Probe, Runtime, StartupBackoff, sharded};
+use crate::refs::{
+    ConfigKey, HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet,
+};
 use crate::selector::Selector;
 use crate::trigger::{Mode, Trigger};
 
@@ -43,6 +45,11 @@ pub const FLUX_KINDS: [(&str, &str); 3] = [
     (HELM_GROUP, "HelmRelease"),
     (NOTIFICATION_GROUP, "Receiver"),
 ];
+
+/// Annotation on a Flux object: a digest of the referenced ConfigMaps/Secrets (resourceVersions, or
+/// data hashes in data-hash mode) as of conflux's last request. It lets a restarted conflux ask
+/// for the reconciliations it missed while it was down, and only those.
+pub const OBSERVED_ANNOTATION: &str = "trigger.conflux.dev/observed-configs";
 
 /// How often kinds whose CRD was missing are looked for again.
 const REDISCOVERY_INTERVAL: Duration = Duration::from_secs(60);
@@ -101,6 +108,14 @@ struct Executor {
     resources: RwLock<HashMap<(String, String), ApiResource>>,
     /// Requests made per object, so a background retry knows when a newer request superseded it.
     generations: Mutex<HashMap<ObjectRef, u64>>,
+    /// The digest of each referrer's configs as last requested (or found recorded on it): a
+    /// change already requested is not requested again.
+    observed: Mutex<HashMap<ObjectRef, String>>,
+    configs: ConfigWatches,
+    index: ReferrerIndex,
+    /// Kinds whose start-up catch-up has not finished (readiness waits for it: a change made
+    /// before it could be taken for the baseline).
+    catching_up: std::sync::atomic::AtomicUsize,
 }
 
 /// Runs the flux-trigger until the process ends. Nothing here makes it exit: discovery and the
@@ -121,15 +136,21 @@ pub async fn run(
         metrics,
         resources: RwLock::new(HashMap::new()),
         generations: Mutex::new(HashMap::new()),
+        observed: Mutex::new(HashMap::new()),
+        configs: configs.clone(),
+        index: index.clone(),
+        catching_up: std::sync::atomic::AtomicUsize::new(0),
     });
     let discovered = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
-        let (index, discovered) = (index.clone(), discovered.clone());
+        let (exec, discovered) = (exec.clone(), discovered.clone());
         health.check("referrers", move || {
             if !discovered.load(std::sync::atomic::Ordering::Acquire) {
                 Probe::not_ready("API discovery of the Flux kinds has not answered yet")
-            } else if !index.is_synced() {
+            } else if !exec.index.is_synced() {
                 Probe::not_ready("Flux objects not listed yet")
+            } else if exec.catching_up.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                Probe::not_ready("comparing Flux objects with changes made while not watching")
             } else {
                 Probe::ok()
             }
@@ -139,7 +160,7 @@ pub async fn run(
     // Discovery: retried until it answers; a transient error at start-up is not fatal.
     let mut backoff = StartupBackoff::default();
     let mut found = loop {
-        match discover(&runtime, &exec, &index, &health, &HashSet::new()).await {
+        match discover(&runtime, &exec, &health, &HashSet::new()).await {
             Ok(found) => break found,
             Err(err) => {
                 warn!(reason = err.reason(), error = %err, "flux-trigger: API discovery failed; retrying");
@@ -151,12 +172,11 @@ pub async fn run(
 
     // Look again, now and then, for Flux kinds whose CRDs were not installed at start.
     {
-        let (runtime, exec, index, health) =
-            (runtime.clone(), exec.clone(), index.clone(), health.clone());
+        let (runtime, exec, health) = (runtime.clone(), exec.clone(), health.clone());
         tokio::spawn(async move {
             while found.len() < FLUX_KINDS.len() {
                 tokio::time::sleep(REDISCOVERY_INTERVAL).await;
-                match discover(&runtime, &exec, &index, &health, &found).await {
+                match discover(&runtime, &exec, &health, &found).await {
                     Ok(more) => found.extend(more),
                     Err(err) => {
                         warn!(reason = err.reason(), error = %err, "flux-trigger: discovery failed; will retry")
@@ -187,8 +207,7 @@ pub async fn run(
 /// and returns the (group, kind) pairs found.
 async fn discover(
     runtime: &Runtime,
-    exec: &Executor,
-    index: &ReferrerIndex,
+    exec: &Arc<Executor>,
     health: &Health,
     already: &HashSet<(String, String)>,
 ) -> crate::Result<HashSet<(String, String)>> {
@@ -234,7 +253,19 @@ async fn discover(
             &ar.kind,
             health,
         );
-        index.feed(&informer, &ar.api_version, &ar.kind);
+        exec.index.feed(&informer, &ar.api_version, &ar.kind);
+        // Once everything is listed, ask for what changed while conflux was not watching.
+        exec.catching_up
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let exec = exec.clone();
+        tokio::spawn(async move {
+            informer.wait_synced().await;
+            exec.index.wait_synced().await;
+            exec.configs.wait_synced().await;
+            exec.catch_up(&informer, &ar).await;
+            exec.catching_up
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        });
         found.insert(key);
     }
     Ok(found)
@@ -261,23 +292,142 @@ impl Executor {
             .into_iter()
             .partition(|o| o.group.as_ref() == KUSTOMIZE_GROUP);
         for object in &ordered {
-            self.request(object, &source, event).await;
+            self.request_if_new(object, &source, event).await;
         }
         futures::stream::iter(unordered)
             .for_each_concurrent(self.config.concurrent.max(1), |object| {
                 let source = source.clone();
-                async move { self.request(&object, &source, event).await }
+                async move { self.request_if_new(&object, &source, event).await }
             })
             .await;
+    }
+
+    /// Requests reconciliation unless this state of the referrer's configs was requested already.
+    async fn request_if_new(self: &Arc<Self>, object: &ObjectRef, source: &str, event: &str) {
+        let digest = self.digest(object).await;
+        if !self.claim(object, &digest) {
+            debug!(object = %object, "flux-trigger: this change was requested already");
+            return;
+        }
+        self.request(object, source, event, digest).await;
+    }
+
+    /// Records `digest` as requested for `object`; `false` when it already was. Claimed before
+    /// the request is sent, so two paths (a change event and the start-up catch-up) never both
+    /// send it.
+    fn claim(&self, object: &ObjectRef, digest: &str) -> bool {
+        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        if observed.get(object).map(String::as_str) == Some(digest) {
+            return false;
+        }
+        observed.insert(object.clone(), digest.to_owned());
+        true
+    }
+
+    /// A digest of the referrer's configs as they are now: per config its resourceVersion
+    /// (upstream mode) or data hash (data-hash mode) when it matches the watch selector, `-`
+    /// otherwise.
+    async fn digest(&self, object: &ObjectRef) -> String {
+        use sha2::{Digest, Sha256};
+        let mut keys: Vec<ConfigKey> = self.index.read().references_of(object).cloned().collect();
+        keys.sort();
+        let mut hasher = Sha256::new();
+        for key in keys {
+            let meta = self.configs.meta(key.kind, &key.namespace, &key.name);
+            let matching = meta
+                .as_ref()
+                .filter(|m| self.config.config_selector.matches(&m.labels));
+            let state = match (matching, self.config.mode) {
+                (None, _) => "-".to_owned(),
+                (Some(m), Mode::Upstream) => m.resource_version.clone().unwrap_or_default(),
+                (Some(_), _) => {
+                    let id = (key.namespace.to_string(), key.name.to_string());
+                    match super::trigger::fetch_data_hash(&self.client, key.kind, &id).await {
+                        Ok(Some(hash)) => crate::trigger::hex(&hash),
+                        Ok(None) => "-".to_owned(),
+                        // Unknown: a value that never matches, so a later request is not skipped.
+                        Err(_) => format!("?{}", rfc3339_nano_now()),
+                    }
+                }
+            };
+            hasher.update(format!("{key}={state}\n").as_bytes());
+        }
+        crate::trigger::hex(&hasher.finalize()[..16])
+    }
+
+    /// After a (re)start: every referrer of one kind whose recorded digest differs from its
+    /// configs now is asked to reconcile (a change made while conflux was down); one with no
+    /// digest yet gets it recorded, without a request (first sight never triggers).
+    async fn catch_up(self: &Arc<Self>, informer: &Informer<DynamicObject>, ar: &ApiResource) {
+        let mut requested = 0usize;
+        for obj in informer.store().state() {
+            let object = ObjectRef::new(
+                ar.group.as_str(),
+                ar.kind.as_str(),
+                obj.metadata.namespace.clone().unwrap_or_default(),
+                obj.metadata.name.clone().unwrap_or_default(),
+            );
+            let recorded = obj
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(OBSERVED_ANNOTATION))
+                .cloned();
+            let digest = self.digest(&object).await;
+            match recorded {
+                Some(recorded) if recorded == digest => {
+                    self.claim(&object, &digest);
+                }
+                Some(_) => {
+                    if self.claim(&object, &digest) {
+                        requested += 1;
+                        let source = "a referenced ConfigMap/Secret";
+                        self.request(&object, source, "change", digest).await;
+                    }
+                }
+                None => {
+                    if self.claim(&object, &digest) {
+                        self.record(&object, ar, &digest).await;
+                    }
+                }
+            }
+        }
+        info!(kind = %ar.kind, requested, "flux-trigger: caught up with changes made while not watching");
+    }
+
+    /// Records the digest on a referrer without asking it to reconcile.
+    async fn record(&self, object: &ObjectRef, ar: &ApiResource, digest: &str) {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &object.namespace, ar);
+        let patch = json!({"metadata": {"annotations": {OBSERVED_ANNOTATION: digest}}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        let action = format!("recording observed configs on {object}");
+        if let Err(err) = bounded(
+            action,
+            api.patch(&object.name, &params, &Patch::Merge(&patch)),
+        )
+        .await
+        {
+            debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot record the baseline; the next start records it");
+        }
     }
 
     /// Merge-patches `reconcile.fluxcd.io/requestedAt` on one referrer and records an Event. A
     /// failed request is retried in the background with backoff (1 s doubling to 60 s) until it
     /// succeeds, the object is gone, or a newer request for the same object supersedes it: a
     /// trigger is never lost to a transient error, and never doubled by its own retries.
-    async fn request(self: &Arc<Self>, object: &ObjectRef, source: &str, event: &str) {
+    async fn request(
+        self: &Arc<Self>,
+        object: &ObjectRef,
+        source: &str,
+        event: &str,
+        digest: String,
+    ) {
         let generation = self.next_generation(object);
-        if self.try_request(object, source, event, true).await {
+        if self.try_request(object, source, event, &digest, true).await {
             return;
         }
         let (this, object) = (self.clone(), object.clone());
@@ -289,7 +439,10 @@ impl Executor {
                 if this.current_generation(&object) != generation {
                     return;
                 }
-                if this.try_request(&object, &source, &event, false).await {
+                if this
+                    .try_request(&object, &source, &event, &digest, false)
+                    .await
+                {
                     return;
                 }
                 delay = (delay * 2).min(Duration::from_secs(60));
@@ -320,6 +473,7 @@ impl Executor {
         object: &ObjectRef,
         source: &str,
         event: &str,
+        digest: &str,
         first: bool,
     ) -> bool {
         let ar = self
@@ -333,8 +487,10 @@ impl Executor {
         };
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &object.namespace, &ar);
-        let patch =
-            json!({"metadata": {"annotations": {REQUESTED_AT_ANNOTATION: rfc3339_nano_now()}}});
+        let patch = json!({"metadata": {"annotations": {
+            REQUESTED_AT_ANNOTATION: rfc3339_nano_now(),
+            OBSERVED_ANNOTATION: digest,
+        }}});
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()

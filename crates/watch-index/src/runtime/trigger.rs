@@ -558,7 +558,7 @@ impl KindState<'_> {
 
 /// Reads one object and hashes its data; `None` when it no longer exists. The data is dropped
 /// right after hashing and never logged.
-async fn fetch_data_hash(
+pub(crate) async fn fetch_data_hash(
     client: &Client,
     kind: ConfigKind,
     id: &(String, String),
