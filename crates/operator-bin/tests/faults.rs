@@ -80,3 +80,34 @@ async fn apiserver_killed_and_restarted_loses_nothing() {
     );
     conflux.stop();
 }
+
+/// conflux starts while the API server is down: it does not exit, says it is not ready, and
+/// serves normally once the API server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_while_the_apiserver_is_down_waits_instead_of_exiting() {
+    let _serial = serial().await;
+    let mut rng = Seeded::new("start_while_the_apiserver_is_down_waits_instead_of_exiting");
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    let world = World::setup(&client, "down", 3).await;
+    kill_apiserver(cluster);
+    let mut conflux = Conflux::start(cluster.kubeconfig(), "down");
+    tokio::time::sleep(Duration::from_millis(2_000 + rng.below(3_000))).await;
+    assert!(
+        conflux.is_running(),
+        "conflux exited while the API server was down"
+    );
+    let readyz = conflux.readyz();
+    assert!(
+        matches!(&readyz, Some((503, body)) if body.contains("not listed yet")),
+        "not ready, and says why: {readyz:?}"
+    );
+    start_apiserver(cluster);
+    conflux.wait_ready().await;
+    let world = world.with_client(cluster.client().await);
+    world.wait_baselines().await;
+    world.change(1).await;
+    world.wait_converged(1, Duration::from_secs(90)).await;
+    world.assert_not_doubled(1).await;
+    conflux.stop();
+}

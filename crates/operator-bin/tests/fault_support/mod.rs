@@ -179,6 +179,11 @@ impl Conflux {
         self.kill9();
     }
 
+    /// `/readyz`: status and body.
+    pub fn readyz(&self) -> Option<(u16, String)> {
+        http_get(self.health_port, "/readyz")
+    }
+
     /// The `/metrics` text.
     pub fn metrics(&self) -> String {
         http_get(self.metrics_port, "/metrics")

@@ -376,6 +376,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     }
     let mut backoff = StartupBackoff::default();
     let resources = loop {
+        watch_index::runtime::wait_apiserver_ready(&ctx.client, "reload").await;
         match discover(&ctx.client).await {
             Ok(found) => break found,
             Err(err) => {
@@ -464,6 +465,12 @@ async fn discover(client: &Client) -> Result<HashMap<WorkloadKind, ApiResource>>
             }
             None => info!(kind = %kind, "reload: kind not served by this cluster, not watching"),
         }
+    }
+    // Every cluster serves apps/v1 Deployments: without them, discovery answered too early.
+    if !found.contains_key(&WorkloadKind::Deployment) {
+        return Err(Error::KindNotServed {
+            kind: WorkloadKind::Deployment,
+        });
     }
     Ok(found)
 }

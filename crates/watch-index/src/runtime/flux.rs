@@ -160,6 +160,7 @@ pub async fn run(
     // Discovery: retried until it answers; a transient error at start-up is not fatal.
     let mut backoff = StartupBackoff::default();
     let mut found = loop {
+        super::wait_apiserver_ready(&client, "flux-trigger").await;
         match discover(&runtime, &exec, &health, &HashSet::new()).await {
             Ok(found) => break found,
             Err(err) => {

@@ -495,7 +495,10 @@ async fn run<K: Watched>(
                 continue;
             }
         };
-        shared.on_ok();
+        // `Init` is the watcher starting a list, not an answer from the API server.
+        if !matches!(event, Event::Init) {
+            shared.on_ok();
+        }
         match &event {
             Event::Init => {
                 let before: HashMap<ObjectRef<K>, Arc<K>> = if listed_once {

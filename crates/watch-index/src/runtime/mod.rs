@@ -207,6 +207,31 @@ impl StartupBackoff {
     }
 }
 
+/// Waits until the API server says it is ready (`/readyz`, readable by every user), retrying
+/// with backoff. Discovery right after an API server (re)start can miss groups and CRDs that it
+/// serves a moment later; asking only once it is ready avoids taking that for the truth.
+pub async fn wait_apiserver_ready(client: &Client, what: &str) {
+    let mut backoff = StartupBackoff::default();
+    let mut logged = false;
+    loop {
+        let request = http::Request::get("/readyz").body(Vec::new());
+        let answer = match request {
+            Ok(request) => events::bounded("asking /readyz", client.request_text(request)).await,
+            // A constant request always builds; keep going rather than panic if it ever does not.
+            Err(_) => return,
+        };
+        match answer {
+            Ok(_) => return,
+            Err(err) if !logged => {
+                tracing::warn!(reason = err.reason(), error = %err, "{what}: the API server is not ready; waiting");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        backoff.wait().await;
+    }
+}
+
 /// `(namespace, name)` of an object.
 pub fn object_id(meta: &kube::api::ObjectMeta) -> (String, String) {
     (
