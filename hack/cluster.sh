@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) on loopback,
-# built from Debian's `kubernetes` source package. See DESIGN.md section 7.
+# built from Debian's `kubernetes` source package. See docs/design.md section 7.
 #
 #   hack/cluster.sh build        build and cache the binaries (first run: several minutes)
 #   hack/cluster.sh up [DIR]     start a cluster with its data in DIR (default target/cluster)

@@ -1,4 +1,4 @@
-//! The copy and sync controllers against a real API server: every row of DESIGN.md 4.2, and the
+//! The copy and sync controllers against a real API server: every row of docs/design.md 4.2, and the
 //! pull-copy (`fluxcd.controlplane.io/copyFrom`) behaviour of 4.1.
 //!
 //! Each test runs its own operator in-process, sharded with its own `sharding.fluxcd.io/key`
@@ -373,7 +373,7 @@ async fn watching_one_namespace_copies_only_targets_in_it() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fan-out (ConfigSync), one test per row of DESIGN.md 4.2
+// Fan-out (ConfigSync), one test per row of docs/design.md 4.2
 
 /// A ConfigSync spec copying `kind` `src/name` into the test's tenant namespaces.
 fn sync_spec(kind: &str, src: &str, name: &str, shard: &str) -> serde_json::Value {

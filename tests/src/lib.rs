@@ -1,5 +1,5 @@
 //! Test harness: one real control plane (etcd, kube-apiserver, kube-controller-manager) per test
-//! binary, started through `hack/cluster.sh` (DESIGN.md section 7).
+//! binary, started through `hack/cluster.sh` (docs/design.md section 7).
 //!
 //! The first call to [`cluster`] builds the binaries if they are not cached yet, starts the cluster
 //! in `target/test-clusters/<binary>-<pid>` and spawns a detached reaper that stops exactly those

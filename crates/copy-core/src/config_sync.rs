@@ -1,5 +1,5 @@
 //! The `ConfigSync` custom resource (`conflux.dev/v1alpha1`, cluster-scoped): copy one ConfigMap or
-//! Secret into many namespaces (DESIGN.md 4.2).
+//! Secret into many namespaces (docs/design.md 4.2).
 //!
 //! The spec and status structs are plain serde types, always available. With the `kube` feature the
 //! spec also derives kube's `CustomResource`, which generates the `ConfigSync` type, its schema
@@ -197,7 +197,7 @@ mod tests {
     use super::*;
     use crate::source::SourceKind;
 
-    /// The YAML of DESIGN.md 4.2, as JSON: every field lands where the design says.
+    /// The YAML of docs/design.md 4.2, as JSON: every field lands where the design says.
     #[test]
     fn design_example_round_trips() {
         let doc = serde_json::json!({

@@ -1,4 +1,4 @@
-//! Who may copy what across namespaces (DESIGN.md 4.1).
+//! Who may copy what across namespaces (docs/design.md 4.1).
 //!
 //! A standalone operator has no per-tenant service account to impersonate, so conflux asks the
 //! **source** for consent: a copy inside one namespace is always allowed; a copy into another

@@ -1,5 +1,5 @@
 //! Pull copies: `fluxcd.controlplane.io/copyFrom: namespace/name` on a ConfigMap or Secret
-//! (DESIGN.md 4.1, Flux Operator compatible).
+//! (docs/design.md 4.1, Flux Operator compatible).
 //!
 //! ```
 //! use copy_core::copy_from::copy_source;

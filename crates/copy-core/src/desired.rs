@@ -1,4 +1,4 @@
-//! What a copy must look like (DESIGN.md 4.1 and 4.2).
+//! What a copy must look like (docs/design.md 4.1 and 4.2).
 //!
 //! The desired copy holds only the fields conflux owns — name, namespace, our labels and
 //! annotations, `data`/`binaryData`/`type` — so the controller can server-side apply it as is with

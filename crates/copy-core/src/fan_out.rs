@@ -1,4 +1,4 @@
-//! Fan-out: which namespaces get a copy of a source (DESIGN.md 4.2).
+//! Fan-out: which namespaces get a copy of a source (docs/design.md 4.2).
 //!
 //! A [`FanOut`] is everything a sync needs to know, built either from a `ConfigSync`
 //! ([`FanOut::from_config_sync`]) or from a kopy-annotated source ([`FanOut::from_kopy`]). Given

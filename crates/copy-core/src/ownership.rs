@@ -1,4 +1,4 @@
-//! Who owns a copy. Ownership lives in labels and annotations on the copy itself (DESIGN.md 4.2), not
+//! Who owns a copy. Ownership lives in labels and annotations on the copy itself (docs/design.md 4.2), not
 //! in controller memory and not in `ownerReferences` (which cannot point across namespaces or at a
 //! cluster-scoped object for garbage collection the way we need), so a restarted operator converges
 //! from cluster state alone.

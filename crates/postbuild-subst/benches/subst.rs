@@ -1,4 +1,4 @@
-//! Throughput of the `envsubst` evaluator and the resource layer (DESIGN.md 2.1: linear time).
+//! Throughput of the `envsubst` evaluator and the resource layer (docs/design.md 2.1: linear time).
 //!
 //! Inputs: 1 MB of realistic manifests with few variables; 4 MB of dense expressions; 640 KB
 //! with 64k `$$` escapes next to plain text of equal size; a 200-resource stream through the

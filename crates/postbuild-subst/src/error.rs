@@ -7,7 +7,7 @@ pub enum Error {
     /// (for example `yaml: line 3: mapping values are not allowed in this context`).
     #[error("{0}")]
     Yaml(String),
-    /// A `${…}` template did not parse or evaluate (DESIGN.md 2.1). `Display` is upstream's
+    /// A `${…}` template did not parse or evaluate (docs/design.md 2.1). `Display` is upstream's
     /// message; `offset` is the byte offset in the template where it was detected.
     #[error("{kind}")]
     Substitution {

@@ -1,4 +1,4 @@
-//! Flux post-build variable substitution, byte-for-byte (DESIGN.md section 2). Pure: no I/O.
+//! Flux post-build variable substitution, byte-for-byte (docs/design.md section 2). Pure: no I/O.
 //!
 //! Layers, bottom up:
 //! - [`envsubst`]: the `${VAR}` expression language of fluxcd/pkg `envsubst`, strict and not.

@@ -1,5 +1,5 @@
 //! The resource layer: what kustomize-controller does to each built resource (fluxcd/pkg
-//! `kustomize.SubstituteVariables`, DESIGN.md 2.2), and two opt-in improvements.
+//! `kustomize.SubstituteVariables`, docs/design.md 2.2), and two opt-in improvements.
 //!
 //! Default mode, exactly upstream: the resource is re-serialised with `JSONToYAML`, skipped when
 //! disabled or when there are no variables, the variable names are validated, `${…}` is

@@ -1,4 +1,4 @@
-//! Where substitution variables come from (DESIGN.md 2.2 step 3): a Flux Kustomization's
+//! Where substitution variables come from (docs/design.md 2.2 step 3): a Flux Kustomization's
 //! `spec.postBuild.substitute` and `substituteFrom`, resolved against ConfigMaps and Secrets.
 //!
 //! The crate does no I/O: the caller fetches each referenced object and reports what it found

@@ -1,4 +1,4 @@
-//! Runs every vector of `shared/conformance/envsubst-upstream.jsonl` (DESIGN.md section 2):
+//! Runs every vector of `testdata/envsubst-upstream.jsonl` (docs/design.md section 2):
 //! the `envsubst` layer (`envsubst.Eval`), the `cli` layer (`flux envsubst`, the whole input as
 //! one template) and the `resource` layer (`kustomize.SubstituteVariables` on one resource).
 
@@ -19,8 +19,7 @@ macro_rules! summary {
 }
 
 fn vectors_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/envsubst-upstream.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/envsubst-upstream.jsonl")
 }
 
 /// Compares JSON values with numbers compared numerically (`1000` equals `1000.0`).
@@ -145,7 +144,10 @@ fn run_resource_case(case: &Value) -> Result<(), String> {
 fn envsubst_upstream_vectors() {
     let path = vectors_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
-        panic!("conformance vectors not found at {} ({err}); the shared directory must be a sibling of the repository", path.display())
+        panic!(
+            "conformance vectors not found at {} ({err}); see testdata/README.md",
+            path.display()
+        )
     });
     let mut counts: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut failures = Vec::new();

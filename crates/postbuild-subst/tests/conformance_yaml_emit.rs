@@ -1,6 +1,6 @@
-//! Conformance of `JSONToYAML` (the go-yaml v2 emitter) against the shared vectors:
+//! Conformance of `JSONToYAML` (the go-yaml v2 emitter) against the vectors in `testdata/`:
 //! every `j2y` line of `yaml-v2.jsonl`, and the `yaml_text` of every `resource` case of
-//! `envsubst-upstream.jsonl` (README in `/work/shared/conformance/`).
+//! `envsubst-upstream.jsonl` (see `testdata/README.md`).
 
 use std::path::PathBuf;
 
@@ -16,12 +16,12 @@ macro_rules! summary {
     }};
 }
 
-/// `/work/shared/conformance`, a sibling of the repository root.
+/// The crate's `testdata/` directory.
 fn conformance_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance");
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata");
     assert!(
         dir.is_dir(),
-        "conformance vectors not found at {} (expected /work/shared next to the repository root)",
+        "conformance vectors not found at {} (see testdata/README.md)",
         dir.display()
     );
     dir

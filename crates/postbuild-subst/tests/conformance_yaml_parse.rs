@@ -1,4 +1,4 @@
-//! Runs every `y2j` vector of `shared/conformance/yaml-v2.jsonl` through `yaml_to_json_text`
+//! Runs every `y2j` vector of `testdata/yaml-v2.jsonl` through `yaml_to_json_text`
 //! (exact bytes of Go's `json.Marshal`, or the exact upstream error) and `yaml_to_json`.
 
 use std::path::PathBuf;
@@ -15,7 +15,7 @@ macro_rules! summary {
 }
 
 fn vectors_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/yaml-v2.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/yaml-v2.jsonl")
 }
 
 /// Value equality where a float and an integer with the same value are equal (Go's float64
@@ -47,7 +47,7 @@ fn yaml_y2j_conformance() {
     let path = vectors_path();
     let data = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "conformance vectors not found at {} ({e}); /work/shared must be a sibling of the repo root",
+            "conformance vectors not found at {} ({e}); see testdata/README.md",
             path.display()
         )
     });

@@ -10,7 +10,7 @@
 //! - `runtime` (feature `runtime`): the controller itself, to embed: shared watches in, rollouts
 //!   out, with the coalescing window and the cluster-wide rate limit.
 //!
-//! The crate does no I/O: no client, no clock, no tasks (DESIGN.md section 1 and 5).
+//! The crate does no I/O: no client, no clock, no tasks (docs/design.md section 1 and 5).
 
 pub mod consumers;
 mod error;

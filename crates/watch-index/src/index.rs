@@ -1,4 +1,4 @@
-//! The reverse index: ConfigMap/Secret key to the objects that reference it (DESIGN.md 3.3).
+//! The reverse index: ConfigMap/Secret key to the objects that reference it (docs/design.md 3.3).
 //!
 //! [`ReverseIndex`] is a plain data structure in the linkerd2 policy-controller style: feed it
 //! referrers with [`apply`](ReverseIndex::apply) / [`delete`](ReverseIndex::delete) as a watcher

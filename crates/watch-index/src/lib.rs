@@ -1,5 +1,5 @@
 //! Kubernetes label selectors, Flux reference extraction and a reverse index of ConfigMap/Secret
-//! referrers (DESIGN.md section 3). Pure: no I/O, no `kube::Client`.
+//! referrers (docs/design.md section 3). Pure: no I/O, no `kube::Client`.
 #![doc = include_str!("../README.md")]
 
 mod error;

@@ -1,4 +1,4 @@
-//! References from Flux objects (and copies) to ConfigMaps and Secrets (DESIGN.md 3.2).
+//! References from Flux objects (and copies) to ConfigMaps and Secrets (docs/design.md 3.2).
 //!
 //! A [`ReferenceSet`] knows, per referrer kind, where references live in the object. Objects are
 //! plain `serde_json::Value`s (a `DynamicObject` serialises to one), so no Flux CRD types are needed
@@ -181,7 +181,7 @@ pub struct Reference {
     /// What is referenced.
     pub key: ConfigKey,
     /// `optional: true` on the reference; optional references are indexed like the others because
-    /// the deletion of an optional source must still trigger (DESIGN.md 3.2).
+    /// the deletion of an optional source must still trigger (docs/design.md 3.2).
     pub optional: bool,
     /// Where the reference was found, e.g. `spec.valuesFrom[kind=ConfigMap].name` (for messages).
     pub path: Arc<str>,
@@ -367,7 +367,7 @@ impl ReferenceSet {
         Self::default()
     }
 
-    /// The default reference set of DESIGN.md 3.2: Kustomization, HelmRelease, Receiver and copies,
+    /// The default reference set of docs/design.md 3.2: Kustomization, HelmRelease, Receiver and copies,
     /// plus Kustomization `spec.dependsOn` for ordering.
     pub fn flux() -> Self {
         use ConfigKind::{ConfigMap, Secret};

@@ -1,4 +1,4 @@
-//! When a ConfigMap/Secret event must wake its referrers (DESIGN.md 3.3). Pure: the caller passes
+//! When a ConfigMap/Secret event must wake its referrers (docs/design.md 3.3). Pure: the caller passes
 //! what it observed, [`Trigger::decide`] answers.
 //!
 //! Two modes:

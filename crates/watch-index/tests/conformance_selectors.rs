@@ -1,4 +1,4 @@
-//! Every case of `shared/conformance/label-selectors.jsonl` (apimachinery v0.32.3 expectations;
+//! Every case of `testdata/label-selectors.jsonl` (apimachinery v0.32.3 expectations;
 //! the `v0_36_3` field is ignored).
 
 use std::collections::BTreeMap;
@@ -12,9 +12,7 @@ use watch_index::selector::{
 };
 
 fn vectors_path() -> PathBuf {
-    // `/work/shared` sits beside the repository root.
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/conformance/label-selectors.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/label-selectors.jsonl")
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -194,7 +192,7 @@ fn label_selector_conformance() {
     let path = vectors_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "conformance vectors not found at {} ({e}); shared/ must sit beside the repository root",
+            "conformance vectors not found at {} ({e}); see testdata/README.md",
             path.display()
         )
     });

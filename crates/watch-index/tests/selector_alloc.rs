@@ -1,4 +1,4 @@
-//! `Selector::matches` must not allocate (DESIGN.md 3.1). A counting global allocator sees every
+//! `Selector::matches` must not allocate (docs/design.md 3.1). A counting global allocator sees every
 //! allocation of this test binary; the workspace forbids `unsafe`, so the counting allocator
 //! comes from `stats_alloc`. This file holds one test so no other test allocates meanwhile.
 

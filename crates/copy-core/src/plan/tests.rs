@@ -1,4 +1,4 @@
-//! The DESIGN.md 4.2 behaviour table, one named test per row, plus convergence: executing a plan
+//! The docs/design.md 4.2 behaviour table, one named test per row, plus convergence: executing a plan
 //! and planning again gives nothing to do.
 
 use std::collections::BTreeMap;

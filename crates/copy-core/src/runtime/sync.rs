@@ -1,15 +1,16 @@
 //! The `sync` controller: fan-out copies of one ConfigMap or Secret into many namespaces, from a
 //! cluster-scoped `ConfigSync` or from a source annotated `kopy.kot-labs.com/sync` /
-//! `flynshue.io/sync` in a namespace listed in `--sync-source-namespaces` (DESIGN.md 4.2).
+//! `flynshue.io/sync` in a namespace listed in `--sync-source-namespaces` (docs/design.md 4.2).
 //!
 //! Observe → decide → act → report:
 //! - ConfigSyncs are the primary objects of a [`Controller`] (`--watch-label-selector` shards
-//!   them). Namespaces, ConfigMaps and Secrets are watched metadata-only and mapped to the
-//!   ConfigSyncs they concern: a namespace event re-evaluates every selection; an event on a source,
-//!   on one of our copies (found by its ownership labels) or on an object named like a target wakes
-//!   the ConfigSyncs involved.
+//!   them), fed by shared informers. Namespaces come from a shared metadata watch, ConfigMaps and
+//!   Secrets from the process's [`ConfigWatches`]; each event is mapped to the ConfigSyncs it
+//!   concerns: a namespace event re-evaluates every selection; an event on a source, on one of our
+//!   copies (found by its ownership labels) or on an object named like a target wakes the
+//!   ConfigSyncs involved.
 //! - A reconcile reads the source and the objects that matter (our copies, same-name objects),
-//!   lists the namespaces, asks [`copy_core::plan_sync`] for the steps and executes them
+//!   takes the namespaces from the shared store, asks [`plan_sync`] for the steps and executes them
 //!   `--concurrent` at a time: server-side apply with field manager `conflux` and `force`, the
 //!   cleanup merge patch, delete, or delete-and-create. Ownership is read back from labels every
 //!   time, so a restarted operator converges from cluster state.

@@ -1,4 +1,4 @@
-//! The `${VAR}` expression language of fluxcd/pkg `envsubst` (DESIGN.md section 2.1), strict and
+//! The `${VAR}` expression language of fluxcd/pkg `envsubst` (docs/design.md section 2.1), strict and
 //! not, byte-for-byte.
 //!
 //! ```

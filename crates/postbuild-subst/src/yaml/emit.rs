@@ -9,7 +9,7 @@
 //!   the YAML scanner does ([`json_text_to_yaml`]), or a conversion of a parsed
 //!   [`serde_json::Value`] that replays what Go's `json.Marshal` + that reader would do
 //!   ([`json_to_yaml`]);
-//! - YAML 1.1 resolution (`resolve.go`, shared with the parser in [`super::resolve`]), used to
+//! - YAML 1.1 resolution (`resolve.go`, shared with the parser in `yaml::resolve`), used to
 //!   decide whether a string needs quotes, plus encode.go's base-60 rule;
 //! - go-yaml's "natural" key order (`sorter.go`);
 //! - the emitter (`emitterc.go`): style selection, quoting, escapes, literal blocks and folding at
