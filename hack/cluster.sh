@@ -226,6 +226,17 @@ start_cluster() {
   pick_port etcd_peer_port
   pick_port api_port
 
+  # A CA of this cluster and the API server's serving certificate signed by it, so clients verify
+  # TLS (the kubeconfig carries the CA; nothing skips verification).
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=conflux-test-ca" \
+    -keyout "$dir/certs/ca.key" -out "$dir/certs/ca.crt" >/dev/null 2>&1 || die "openssl CA failed" "check openssl"
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$dir/certs/apiserver.key" -out "$dir/certs/apiserver.csr" >/dev/null 2>&1 || die "openssl CSR failed" "check openssl"
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\nextendedKeyUsage=serverAuth\n' >"$dir/certs/apiserver.ext"
+  openssl x509 -req -in "$dir/certs/apiserver.csr" -CA "$dir/certs/ca.crt" -CAkey "$dir/certs/ca.key" \
+    -CAcreateserial -days 30 -extfile "$dir/certs/apiserver.ext" -out "$dir/certs/apiserver.crt" >/dev/null 2>&1 \
+    || die "openssl signing failed" "check openssl"
+
   # Service-account signing key, and static tokens: an admin, and two plain users for RBAC tests.
   openssl genrsa -out "$dir/certs/sa.key" 2048 >/dev/null 2>&1 || die "openssl genrsa failed" "check openssl"
   openssl rsa -in "$dir/certs/sa.key" -pubout -out "$dir/certs/sa.pub" >/dev/null 2>&1
@@ -258,6 +269,7 @@ start_cluster() {
     --bind-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
     --advertise-address 127.0.0.1 \
     --cert-dir "$dir/certs" \
+    --tls-cert-file "$dir/certs/apiserver.crt" --tls-private-key-file "$dir/certs/apiserver.key" \
     --authorization-mode RBAC \
     --token-auth-file "$dir/certs/tokens.csv" \
     --service-account-issuer https://kubernetes.default.svc \
@@ -268,7 +280,7 @@ start_cluster() {
     --enable-priority-and-fairness=false \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000
   if ! wait_for kube-apiserver 240 "$dir/kube-apiserver.log" \
-    curl -sfk -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$api_port/readyz"; then
+    curl -sf --cacert "$dir/certs/ca.crt" -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$api_port/readyz"; then
     cmd_down "$dir" >/dev/null 2>&1 || true
     port_race "$dir/kube-apiserver.log" && return 75
     die "kube-apiserver did not become ready (log: $dir/kube-apiserver.log)" "read the log above"
@@ -281,7 +293,7 @@ clusters:
 - name: conflux-test
   cluster:
     server: https://127.0.0.1:$api_port
-    insecure-skip-tls-verify: true
+    certificate-authority-data: $(base64 -w0 <"$dir/certs/ca.crt")
 users:
 - name: admin
   user:

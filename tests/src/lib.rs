@@ -7,6 +7,8 @@
 //! Every test gets its own [`kube::Client`] (clients are tied to the tokio runtime of the test that
 //! built them) and isolates itself in a unique namespace from [`Cluster::namespace`].
 
+pub mod fault_proxy;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;

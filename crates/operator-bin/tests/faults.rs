@@ -18,6 +18,7 @@ mod fault_support;
 
 use std::time::Duration;
 
+use conflux_tests::fault_proxy::FaultProxy;
 use fault_support::*;
 
 /// conflux SIGKILLed while it writes a fan-out, changes made while it is down, then restarted:
@@ -109,5 +110,70 @@ async fn start_while_the_apiserver_is_down_waits_instead_of_exiting() {
     world.change(1).await;
     world.wait_converged(1, Duration::from_secs(90)).await;
     world.assert_not_doubled(1).await;
+    conflux.stop();
+}
+
+/// Connections refused at start-up, then dropped at random about every 1.5 s while changes are
+/// made: conflux rides it out and everything converges once the network heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_and_refused_connections_from_start_up_on() {
+    let _serial = serial().await;
+    let mut rng = Seeded::new("dropped_and_refused_connections_from_start_up_on");
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    let world = World::setup(&client, "drops", 6).await;
+    let proxy = FaultProxy::start(cluster, rng.seed());
+    proxy.set_refuse(true);
+    proxy.set_drop_every(Some(Duration::from_millis(1_500)));
+    let mut conflux = Conflux::start(proxy.kubeconfig(), "drops");
+    tokio::time::sleep(Duration::from_millis(2_000 + rng.below(2_000))).await;
+    assert!(
+        conflux.is_running(),
+        "conflux exited on refused connections"
+    );
+    proxy.set_refuse(false);
+    world.wait_baselines().await;
+    for v in 1..=3 {
+        world.change(v).await;
+        tokio::time::sleep(Duration::from_millis(500 + rng.below(1_500))).await;
+    }
+    tokio::time::sleep(Duration::from_millis(rng.below(2_000))).await;
+    proxy.heal();
+    world.wait_converged(3, Duration::from_secs(120)).await;
+    world.assert_not_doubled(3).await;
+    let stats = proxy.stats();
+    eprintln!("dropped_and_refused_connections_from_start_up_on: {stats:?}");
+    assert!(
+        stats.refused > 0 && stats.drops > 0,
+        "faults were injected: {stats:?}"
+    );
+    assert!(conflux.is_running());
+    conflux.stop();
+}
+
+/// 10% of writes answered with 429/500/503: failed writes are retried with backoff, none is
+/// lost, none doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_errors_on_writes_are_retried() {
+    let _serial = serial().await;
+    let mut rng = Seeded::new("injected_errors_on_writes_are_retried");
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    let world = World::setup(&client, "errors", 12).await;
+    let proxy = FaultProxy::start(cluster, rng.seed());
+    proxy.set_error_rate(0.1, true);
+    let mut conflux = Conflux::start(proxy.kubeconfig(), "errors");
+    conflux.wait_ready().await;
+    world.wait_baselines().await;
+    for v in 1..=3 {
+        world.change(v).await;
+        tokio::time::sleep(Duration::from_millis(500 + rng.below(2_000))).await;
+    }
+    world.wait_converged(3, Duration::from_secs(120)).await;
+    proxy.heal();
+    world.assert_not_doubled(3).await;
+    let stats = proxy.stats();
+    eprintln!("injected_errors_on_writes_are_retried: {stats:?}");
+    assert!(stats.injected > 0, "errors were injected: {stats:?}");
     conflux.stop();
 }

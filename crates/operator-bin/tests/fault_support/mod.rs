@@ -315,9 +315,28 @@ impl World {
         .await;
     }
 
-    /// Waits until conflux has recorded the Deployment's baseline (first sight never rolls, so
-    /// a change made before that would not roll either).
+    /// Waits until conflux has recorded the baselines: the Deployment's (first sight never
+    /// rolls, so a change made before that would not roll either) and the Kustomization's digest
+    /// of its configs (likewise for reconcile requests).
     pub async fn wait_baselines(&self) {
+        eventually(
+            "Kustomization digest recorded",
+            Duration::from_secs(120),
+            || async {
+                let ar = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+                    "kustomizations",
+                );
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(self.client.clone(), &self.src, &ar);
+                let k = api.get("app").await.ok()?;
+                k.metadata
+                    .annotations?
+                    .contains_key("trigger.conflux.dev/observed-configs")
+                    .then_some(())
+            },
+        )
+        .await;
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.src);
         eventually(
             "Deployment baseline recorded",
@@ -461,9 +480,11 @@ impl World {
             "{rollouts} rollouts for {changes} changes (revision {revision}, {:?})",
             d.metadata.annotations
         );
+        // At least one request is proven by `wait_converged` (requestedAt after the last change);
+        // Events may be fewer than requests when their own writes fail, never more.
         let requests = self.events("Kustomization", "app", "ConfigChanged").await;
         assert!(
-            (1..=changes).contains(&requests),
+            requests <= changes,
             "{requests} reconcile requests for {changes} changes"
         );
     }
@@ -659,7 +680,8 @@ pub fn start_apiserver(cluster: &conflux_tests::Cluster) {
         .clone();
     for _ in 0..600 {
         let ok = Command::new("curl")
-            .args(["-sfk", "-o", "/dev/null"])
+            .args(["-sf", "-o", "/dev/null", "--cacert"])
+            .arg(cluster.dir().join("certs/ca.crt"))
             .arg(format!("https://127.0.0.1:{port}/livez"))
             .status()
             .is_ok_and(|s| s.success());
