@@ -17,6 +17,12 @@ pub enum Error {
         /// What the regex parser said.
         reason: String,
     },
+    /// A duration flag or setting is not a Go-style duration (`0`, `300ms`, `2s`, `1m30s`).
+    #[error("invalid duration {input:?}: expected e.g. 0, 300ms, 2s, 1m30s")]
+    InvalidDuration {
+        /// The value as given.
+        input: String,
+    },
     /// Reading a config or writing a workload failed (runtime feature); the message names the
     /// object, never its data.
     #[cfg(feature = "runtime")]
@@ -36,6 +42,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidPattern { .. } => "InvalidPattern",
+            Error::InvalidDuration { .. } => "InvalidDuration",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
             #[cfg(feature = "runtime")]
@@ -47,6 +54,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::InvalidPattern { .. } => "invalid_pattern",
+            Error::InvalidDuration { .. } => "invalid_duration",
             #[cfg(feature = "runtime")]
             Error::Kube(_) => "api_error",
             #[cfg(feature = "runtime")]

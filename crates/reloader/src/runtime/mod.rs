@@ -165,12 +165,14 @@ impl Default for ReloadConfig {
 }
 
 /// Parses a Go-style duration as Flux flags take them: `0`, `300ms`, `2s`, `1.5s`, `1m`, `1m30s`.
-pub fn parse_duration(input: &str) -> Result<Duration, String> {
+pub fn parse_duration(input: &str) -> Result<Duration> {
     let s = input.trim();
     if s == "0" {
         return Ok(Duration::ZERO);
     }
-    let bad = || format!("invalid duration '{input}': expected e.g. 0, 300ms, 2s, 1m30s");
+    let bad = || Error::InvalidDuration {
+        input: input.to_owned(),
+    };
     if s.is_empty() {
         return Err(bad());
     }

@@ -396,8 +396,40 @@ impl Executor {
         info!(kind = %ar.kind, requested, "flux-trigger: caught up with changes made while not watching");
     }
 
-    /// Records the digest on a referrer without asking it to reconcile.
-    async fn record(&self, object: &ObjectRef, ar: &ApiResource, digest: &str) {
+    /// Records the digest on a referrer without asking it to reconcile. A failed write is retried
+    /// in the background with backoff (1 s doubling to 60 s) until written, the object is gone,
+    /// or a request (which records the digest too) supersedes it: a referrer without a recorded
+    /// digest would take a change made while conflux is down for its first sight, and miss it.
+    async fn record(self: &Arc<Self>, object: &ObjectRef, ar: &ApiResource, digest: &str) {
+        // Not a new generation: a record must never cancel a request's retries.
+        let generation = self.current_generation(object);
+        if self.try_record(object, ar, digest, true).await {
+            return;
+        }
+        let (this, object, ar, digest) =
+            (self.clone(), object.clone(), ar.clone(), digest.to_owned());
+        tokio::spawn(async move {
+            let mut delay = Duration::from_secs(1);
+            loop {
+                tokio::time::sleep(delay).await;
+                if this.current_generation(&object) != generation
+                    || this.try_record(&object, &ar, &digest, false).await
+                {
+                    return;
+                }
+                delay = (delay * 2).min(Duration::from_secs(60));
+            }
+        });
+    }
+
+    /// One attempt at recording a digest; `true` when done (written, or the object is gone).
+    async fn try_record(
+        &self,
+        object: &ObjectRef,
+        ar: &ApiResource,
+        digest: &str,
+        first: bool,
+    ) -> bool {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &object.namespace, ar);
         let patch = json!({"metadata": {"annotations": {OBSERVED_ANNOTATION: digest}}});
@@ -406,13 +438,22 @@ impl Executor {
             ..PatchParams::default()
         };
         let action = format!("recording observed configs on {object}");
-        if let Err(err) = bounded(
+        match bounded(
             action,
             api.patch(&object.name, &params, &Patch::Merge(&patch)),
         )
         .await
         {
-            debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot record the baseline; the next start records it");
+            Ok(_) => true,
+            Err(crate::Error::Api { source, .. }) if source.is_not_found() => true,
+            Err(err) => {
+                if first {
+                    warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot record the observed configs; retrying with backoff");
+                } else {
+                    debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: retry failed");
+                }
+                false
+            }
         }
     }
 
