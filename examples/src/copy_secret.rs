@@ -85,6 +85,8 @@ pub async fn sync(
             }
         }
         WriteMode::Recreate => executor::recreate(client, &desired.object).await?,
+        // A write mode newer than this example: leave the copy as it is.
+        _ => {}
     }
     Ok(desired.mode)
 }

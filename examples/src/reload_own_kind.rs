@@ -233,15 +233,16 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
         template_hash: p.template_hash,
     };
     let outcome = match decide(&state, &hash) {
-        Action::None => Outcome::Unchanged {
+        Action::RecordBaseline(p) => Outcome::RecordBaseline(ours(p)),
+        Action::Rollout(p) => Outcome::Rollout(ours(p)),
+        // `None`, or an action newer than this example: nothing to write.
+        _ => Outcome::Unchanged {
             missing_required: hash
                 .missing_required
                 .iter()
                 .map(|(kind, name)| format!("{kind}/{name}"))
                 .collect(),
         },
-        Action::RecordBaseline(p) => Outcome::RecordBaseline(ours(p)),
-        Action::Rollout(p) => Outcome::Rollout(ours(p)),
     };
     Evaluation {
         watched: watched

@@ -137,6 +137,7 @@ pub struct TargetSpec {
 /// What happens to copies when their ConfigSync is deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub enum DeletionPolicy {
     /// Keep the copies (apps keep running) and strip conflux's ownership labels.
     #[default]
@@ -148,6 +149,7 @@ pub enum DeletionPolicy {
 /// What to do with a same-name object in a target namespace that this ConfigSync did not create.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[non_exhaustive]
 pub enum ConflictPolicy {
     /// Leave it alone and report it.
     #[default]

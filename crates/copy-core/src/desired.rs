@@ -29,6 +29,7 @@ use crate::{Error, Result};
 
 /// How the controller writes a desired copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WriteMode {
     /// The target already has this content: write nothing.
     Unchanged,
@@ -53,6 +54,7 @@ pub struct DesiredCopy {
 
 /// The outcome of the Secret type rules for one source/target pair.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SecretType {
     /// Apply with this type (the target has none yet, or already has it).
     Apply(String),

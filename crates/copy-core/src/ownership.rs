@@ -40,6 +40,7 @@ const HASH_SUFFIX_LEN: usize = 10;
 
 /// The owner of a fan-out copy: a `ConfigSync` or a kopy-annotated source.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Owner {
     /// A cluster-scoped `ConfigSync`, by name.
     ConfigSync {

@@ -28,6 +28,7 @@ use crate::source::ConfigObject;
 
 /// Why a copy is deleted and created again instead of patched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RecreateReason {
     /// The Secret type differs; `type` is immutable.
     TypeChanged,
@@ -42,6 +43,7 @@ pub enum RecreateReason {
 /// copies, so fields someone edited by hand (now owned by their manager) are taken back rather than
 /// reported as conflicts.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Step {
     /// Create the copy (server-side apply with field manager `conflux`).
     Create {

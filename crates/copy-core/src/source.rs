@@ -67,6 +67,7 @@ impl fmt::Display for SourceRef {
 /// itself (with `apiVersion` and `kind`), ready for a server-side apply body.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum ConfigObject {
     /// A ConfigMap.
     ConfigMap(ConfigMap),

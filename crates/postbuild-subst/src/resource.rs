@@ -38,6 +38,7 @@ pub struct SubstitutionOptions {
 
 /// What happened to a resource.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum ResourceOutcome {
     /// Substitution ran; the resulting resource.
     Substituted(Value),

@@ -70,6 +70,7 @@ impl VarSource for Variables {
 
 /// The kind of object a `substituteFrom` entry names.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum SourceKind {
     /// A ConfigMap: its `data` (not `binaryData`).
     ConfigMap,
@@ -111,6 +112,7 @@ pub struct SubstituteReference {
 
 /// `spec.postBuild.substituteStrategy`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum SubstituteStrategy {
     /// Substitute only when at least one variable is defined (the default).
     #[default]
@@ -209,6 +211,7 @@ fn json_type(value: &Value) -> &'static str {
 
 /// What fetching a `substituteFrom` object gave.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum SourceLookup {
     /// The object (a ConfigMap or Secret as JSON).
     Found(Value),

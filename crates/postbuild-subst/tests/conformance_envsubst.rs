@@ -127,6 +127,7 @@ fn run_resource_case(case: &Value) -> Result<(), String> {
                 ResourceOutcome::Substituted(value) => (value, None),
                 ResourceOutcome::Disabled => (input.clone(), Some("disabled")),
                 ResourceOutcome::NoVariables => (input.clone(), Some("no vars")),
+                other => return Err(format!("unexpected outcome {other:?}")),
             };
             if skipped != actual_skip {
                 return Err(format!("skipped {actual_skip:?}, expected {skipped:?}"));

@@ -22,6 +22,7 @@ use watch_index::refs::ConfigKind;
 
 /// The keys of a ConfigMap/Secret a pod reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Keys {
     /// Every key (`envFrom`, or a volume without `items`).
     All,

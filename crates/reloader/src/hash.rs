@@ -49,6 +49,7 @@ const SET_DOMAIN: &[u8] = b"conflux.dev/watched-set/v1";
 
 /// The data of one ConfigMap or Secret, borrowed from the object.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum ConfigData<'a> {
     /// A ConfigMap's `data` and `binaryData`.
     ConfigMap {

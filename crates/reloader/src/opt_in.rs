@@ -65,6 +65,7 @@ pub struct Options {
 
 /// Why a workload rolls for a config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Reason {
     /// The config's name is in the typed `reload` list.
     Named,
@@ -82,6 +83,7 @@ pub enum Reason {
 
 /// One entry of a `reload` list.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum NamePattern {
     /// A plain name (no regex metacharacters), or an entry that is not a valid regex: compared
     /// exactly.

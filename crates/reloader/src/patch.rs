@@ -76,6 +76,7 @@ impl WorkloadState {
 
 /// The outcome of [`decide`]. Patches are server-side apply bodies for [`FIELD_MANAGER`].
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub enum Action {
     /// Nothing to do.
     None,

@@ -13,6 +13,7 @@ use crate::consumers::{Consumption, pod_template_consumers};
 
 /// A workload kind this crate knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
 pub enum WorkloadKind {
     /// apps/v1 Deployment.
     Deployment,
@@ -75,6 +76,7 @@ impl std::fmt::Display for WorkloadKind {
 
 /// A borrowed workload of one of the supported kinds.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum Workload<'a> {
     /// A Deployment.
     Deployment(&'a Deployment),

@@ -121,6 +121,7 @@ impl Harness {
             Action::None => return "none",
             Action::RecordBaseline(p) => ("baseline", p),
             Action::Rollout(p) => ("rollout", p),
+            other => panic!("unexpected action {other:?}"),
         };
         self.state.baseline = Some(patch.baseline.clone());
         self.state.template_hash = patch.template_hash.clone();

@@ -41,6 +41,8 @@ pub const COPY_FROM_ANNOTATION: &str = "fluxcd.controlplane.io/copyFrom";
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]
 #[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
+// Deliberately exhaustive, the one exception: Kubernetes has exactly these two config kinds, and
+// embedders must be able to match both without a wildcard arm that could only be a panic.
 pub enum ConfigKind {
     /// A core/v1 ConfigMap.
     ConfigMap,

@@ -93,6 +93,7 @@ impl<L: Labels + ?Sized> Labels for &L {
 
 /// How a requirement relates its key and values (`selection.Operator`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Operator {
     /// `k=v`
     Equals,

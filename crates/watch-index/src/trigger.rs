@@ -34,6 +34,7 @@ pub const DEFAULT_WATCH_CONFIGS_SELECTOR: &str = "reconcile.fluxcd.io/watch=Enab
 
 /// How events are judged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Mode {
     /// Flux 2.7 behaviour, exactly.
     #[default]
@@ -81,6 +82,7 @@ impl<'a> Observed<'a> {
 
 /// A watch event on a ConfigMap/Secret.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub enum Event<'a> {
     /// The object appeared in a watch (`Create` in controller-runtime).
     Created(Observed<'a>),
@@ -102,6 +104,7 @@ pub enum Event<'a> {
 
 /// Why an event fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Why {
     /// Upstream: a create (or initial list) of a matching object.
     Created,
@@ -118,6 +121,7 @@ pub enum Why {
 
 /// Why an event does not fire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WhyNot {
     /// The object (new one for an update, last known one for a delete) does not match the selector.
     SelectorMismatch,
@@ -133,6 +137,7 @@ pub enum WhyNot {
 
 /// The answer for one event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Decision {
     /// Wake the referrers of the object's key.
     Fire(Why),

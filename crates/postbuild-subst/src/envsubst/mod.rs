@@ -41,6 +41,7 @@ use crate::Error;
 
 /// Whether a missing variable is an error.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Mode {
     /// A missing variable is the empty string (Flux's default).
     #[default]
@@ -53,6 +54,7 @@ pub enum Mode {
 
 /// What went wrong in a template. `Display` is upstream's message, exactly.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SubstitutionErrorKind {
     /// `${` not followed by a name (`${}`, `${ v}`, `${!v}`).
     #[error("unable to parse variable name")]
