@@ -10,6 +10,7 @@ use reloader::runtime::ReloadMetrics;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use watch_index::runtime::flux::FluxMetrics;
+use watch_index::runtime::leader::LeaderMetrics;
 use watch_index::runtime::{Health, WatchMetrics};
 
 /// Every metric conflux exports: the libraries' metric sets, registered under `conflux_`.
@@ -21,6 +22,8 @@ pub struct Metrics {
     pub copy: Arc<CopyMetrics>,
     /// The reload controller's (`conflux_reload_*`).
     pub reload: Arc<ReloadMetrics>,
+    /// Leader election (`conflux_leader_election_master_status`).
+    pub leader: Arc<LeaderMetrics>,
 }
 
 impl Metrics {
@@ -31,6 +34,7 @@ impl Metrics {
         self.flux.register(sub);
         self.copy.register(sub);
         self.reload.register(sub);
+        self.leader.register(sub);
     }
 }
 

@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
 use watch_index::runtime::flux::{self, FluxTriggerConfig};
+use watch_index::runtime::leader::{self, LeaderElectionConfig};
 use watch_index::runtime::{ConfigWatches, Runtime};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
@@ -160,7 +161,27 @@ pub struct RunArgs {
     /// is wedged, and a restart helps. An unreachable API server only makes it not ready.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub liveness_stall_timeout: Duration,
+
+    /// Elect a leader on a Lease in RUNTIME_NAMESPACE: every replica keeps its watches warm, only
+    /// the leader writes.
+    #[arg(long, default_value_t = false)]
+    pub enable_leader_election: bool,
+
+    /// How long a lease stays valid after its last renewal.
+    #[arg(long, default_value = "35s", value_parser = parse_duration)]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps writing without a confirmed lease before it steps down.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews the lease and the others try to acquire it.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub leader_election_retry_period: Duration,
 }
+
+/// Name of the leader election Lease.
+pub const LEADER_ELECTION_LEASE: &str = "conflux-leader-election";
 
 /// `--trigger-mode` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -196,6 +217,8 @@ pub struct RunPlan {
     /// The namespace of the shared ConfigMap/Secret watches, or `None` for all. Cluster-wide when
     /// the copy controller runs (sources may be anywhere) or every namespace is watched.
     pub configs_namespace: Option<String>,
+    /// The leader election, when enabled.
+    pub leader_election: Option<LeaderElectionConfig>,
 }
 
 impl RunArgs {
@@ -244,6 +267,21 @@ impl RunArgs {
             .map(|ns| ns.trim().to_owned())
             .filter(|ns| !ns.is_empty())
             .collect();
+        let leader_election = if self.enable_leader_election {
+            if self.runtime_namespace.is_empty() {
+                bail!("--enable-leader-election needs --runtime-namespace or RUNTIME_NAMESPACE");
+            }
+            let config = LeaderElectionConfig {
+                lease_duration: self.leader_election_lease_duration,
+                renew_deadline: self.leader_election_renew_deadline,
+                retry_period: self.leader_election_retry_period,
+                ..LeaderElectionConfig::new(&self.runtime_namespace, LEADER_ELECTION_LEASE)
+            };
+            config.validate()?;
+            Some(config)
+        } else {
+            None
+        };
         let configs_namespace = if controllers.contains(&ControllerName::Copy) {
             None
         } else {
@@ -251,6 +289,7 @@ impl RunArgs {
         };
         Ok(RunPlan {
             configs_namespace,
+            leader_election,
             controllers,
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
@@ -313,7 +352,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let names: Vec<&str> = plan.controllers.iter().map(|c| c.as_str()).collect();
     info!(controllers = %names.join(","), "starting controllers");
+    // The shared ConfigMap/Secret watches belong to the process, not to a leadership term: they
+    // stay warm on replicas that do not lead.
     let configs = ConfigWatches::start(&runtime, plan.configs_namespace.as_deref());
+    let Some(election) = plan.leader_election.clone() else {
+        let mut tasks = start_controllers(&plan, &runtime, &configs, &metrics);
+        return tokio::select! {
+            () = shutdown_signal() => {
+                info!("shutdown signal received, stopping");
+                tasks.abort_all();
+                Ok(())
+            }
+            err = supervise(&mut tasks) => Err(err),
+        };
+    };
+    info!(lease = %election.name, identity = %election.identity, "leader election: waiting for the lease");
+    let leader_metrics = metrics.leader.clone();
+    leader::run_elected(
+        runtime,
+        election,
+        leader_metrics,
+        shutdown_signal(),
+        |term| {
+            let mut tasks = start_controllers(&plan, &term, &configs, &metrics);
+            async move {
+                // A controller that stops ends the term; the next one starts them afresh.
+                let _ = supervise(&mut tasks).await;
+            }
+        },
+    )
+    .await;
+    info!("shutdown signal received, stopped");
+    Ok(())
+}
+
+/// Starts every planned controller on `runtime` (the process's, or a leadership term's).
+fn start_controllers(
+    plan: &RunPlan,
+    runtime: &Runtime,
+    configs: &ConfigWatches,
+    metrics: &Metrics,
+) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
     let client = runtime.client();
     for controller in &plan.controllers {
@@ -343,23 +422,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
+    tasks
+}
 
-    tokio::select! {
-        () = shutdown_signal() => {
-            info!("shutdown signal received, stopping");
-            tasks.abort_all();
-            Ok(())
-        }
-        Some(result) = tasks.join_next() => {
-            // Controllers run until the process ends; one that stops is a bug (a panic).
-            let err = match result {
-                Ok(()) => anyhow::anyhow!("a controller stopped unexpectedly"),
-                Err(join) => anyhow::anyhow!("a controller panicked: {join}"),
-            };
-            error!(error = %format!("{err:#}"), "controller failed");
-            Err(err)
-        }
-    }
+/// Waits until a controller stops. Controllers run until the process ends; one that stops is a
+/// bug (a panic), logged and returned.
+async fn supervise(tasks: &mut tokio::task::JoinSet<()>) -> anyhow::Error {
+    let err = match tasks.join_next().await {
+        Some(Ok(())) | None => anyhow::anyhow!("a controller stopped unexpectedly"),
+        Some(Err(join)) => anyhow::anyhow!("a controller panicked: {join}"),
+    };
+    error!(error = %format!("{err:#}"), "controller failed");
+    err
 }
 
 async fn shutdown_signal() {

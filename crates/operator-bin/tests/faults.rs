@@ -177,3 +177,138 @@ async fn injected_errors_on_writes_are_retried() {
     assert!(stats.injected > 0, "errors were injected: {stats:?}");
     conflux.stop();
 }
+
+/// Two replicas with leader election; the leader SIGKILLed right after a change: the standby
+/// takes over once the lease expires, and every copy, trigger and rollout ends as desired, none
+/// doubled. Only the leader writes: the standby's log has no write of its own before it leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_sigkilled_mid_change_hands_over() {
+    let _serial = serial().await;
+    let mut rng = Seeded::new("leader_sigkilled_mid_change_hands_over");
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    let world = World::setup(&client, "leader", 12).await;
+    let ns = world.source_namespace().to_owned();
+    // Short lease times keep the scenario quick; the defaults are Flux's (35s/30s/5s).
+    let lease = Duration::from_secs(6);
+    let args = [
+        "--enable-leader-election",
+        "--leader-election-lease-duration=6s",
+        "--leader-election-renew-deadline=4s",
+        "--leader-election-retry-period=1s",
+    ];
+    let start = |name: &'static str| {
+        Conflux::start_with(
+            cluster.kubeconfig(),
+            name,
+            &args,
+            &[("RUNTIME_NAMESPACE", ns.as_str()), ("POD_NAME", name)],
+        )
+    };
+    let mut a = start("leader-a");
+    a.wait_ready().await;
+    conflux_tests::eventually("replica a leads", Duration::from_secs(60), || async {
+        a.is_leader().then_some(())
+    })
+    .await;
+    let mut b = start("leader-b");
+    b.wait_ready().await;
+    assert!(!b.is_leader(), "one leader at a time");
+    world.wait_baselines().await;
+    world.change(1).await;
+    world.wait_converged(1, Duration::from_secs(120)).await;
+    assert!(!b.is_leader(), "the standby still waits");
+    assert!(
+        !b.log_text().contains("requesting reconciliation"),
+        "the standby wrote nothing"
+    );
+
+    world.change(2).await;
+    tokio::time::sleep(Duration::from_millis(rng.below(300))).await;
+    a.kill9();
+    let killed = std::time::Instant::now();
+    conflux_tests::eventually("replica b takes over", Duration::from_secs(120), || async {
+        b.is_leader().then_some(())
+    })
+    .await;
+    let handover = killed.elapsed();
+    world.wait_converged(2, Duration::from_secs(120)).await;
+    let converged = killed.elapsed();
+    eprintln!(
+        "leader_sigkilled_mid_change_hands_over: lease {}s, handover {:.1}s, converged {:.1}s after the kill",
+        lease.as_secs(),
+        handover.as_secs_f64(),
+        converged.as_secs_f64()
+    );
+    world.change(3).await;
+    world.wait_converged(3, Duration::from_secs(120)).await;
+    world.assert_not_doubled(3).await;
+    assert!(b.is_running());
+    b.stop();
+}
+
+/// The leader cut off from the API server (connections refused and dropped): it stops writing
+/// before its lease can expire, the other replica takes over, and the cut-off one stays a
+/// standby once the network heals. Changes made meanwhile converge, none doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_cut_off_steps_down_before_another_takes_over() {
+    let _serial = serial().await;
+    let rng = Seeded::new("leader_cut_off_steps_down_before_another_takes_over");
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    let world = World::setup(&client, "partition", 6).await;
+    let ns = world.source_namespace().to_owned();
+    let proxy = FaultProxy::start(cluster, rng.seed());
+    let args = [
+        "--enable-leader-election",
+        "--leader-election-lease-duration=6s",
+        "--leader-election-renew-deadline=4s",
+        "--leader-election-retry-period=1s",
+    ];
+    let env = |name: &'static str| [("RUNTIME_NAMESPACE", ns.clone()), ("POD_NAME", name.into())];
+    let env_a = env("cut-a");
+    let env_a: Vec<(&str, &str)> = env_a.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut a = Conflux::start_with(proxy.kubeconfig(), "cut-a", &args, &env_a);
+    a.wait_ready().await;
+    conflux_tests::eventually("replica a leads", Duration::from_secs(60), || async {
+        a.is_leader().then_some(())
+    })
+    .await;
+    let env_b = env("cut-b");
+    let env_b: Vec<(&str, &str)> = env_b.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut b = Conflux::start_with(cluster.kubeconfig(), "cut-b", &args, &env_b);
+    b.wait_ready().await;
+    world.wait_baselines().await;
+
+    proxy.set_refuse(true);
+    proxy.drop_all();
+    let cut = std::time::Instant::now();
+    let (mut a_down, mut b_up) = (None, None);
+    while a_down.is_none() || b_up.is_none() {
+        assert!(cut.elapsed() < Duration::from_secs(120), "no handover");
+        if a_down.is_none() && !a.is_leader() {
+            a_down = Some(cut.elapsed());
+        }
+        if b_up.is_none() && b.is_leader() {
+            b_up = Some(cut.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (a_down, b_up) = (a_down.unwrap_or_default(), b_up.unwrap_or_default());
+    eprintln!(
+        "leader_cut_off_steps_down_before_another_takes_over: a stopped writing {:.1}s after the cut, b leads {:.1}s after it",
+        a_down.as_secs_f64(),
+        b_up.as_secs_f64()
+    );
+    assert!(a_down <= b_up, "never two leaders: a stepped down first");
+    world.change(1).await;
+    world.wait_converged(1, Duration::from_secs(120)).await;
+    proxy.heal();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!a.is_leader() && b.is_leader(), "b keeps the lease");
+    world.change(2).await;
+    world.wait_converged(2, Duration::from_secs(120)).await;
+    world.assert_not_doubled(2).await;
+    a.stop();
+    b.stop();
+}

@@ -25,6 +25,13 @@ pub enum Error {
         #[source]
         source: ApiError,
     },
+    /// The leader election settings are inconsistent (runtime feature).
+    #[cfg(feature = "runtime")]
+    #[error("invalid leader election settings: {reason}")]
+    LeaderElection {
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A Kubernetes API call did not answer in time (runtime feature).
     #[cfg(feature = "runtime")]
     #[error("{action}: no answer within {seconds}s")]
@@ -122,6 +129,8 @@ impl Error {
             Error::Api { source, .. } => source.reason(),
             #[cfg(feature = "runtime")]
             Error::Timeout { .. } => "Timeout",
+            #[cfg(feature = "runtime")]
+            Error::LeaderElection { .. } => "InvalidLeaderElection",
         }
     }
 }

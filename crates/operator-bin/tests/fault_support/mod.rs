@@ -103,6 +103,16 @@ pub struct Conflux {
 impl Conflux {
     /// Starts conflux against `kubeconfig`; its log goes to `target/fault-logs/<name>.log`.
     pub fn start(kubeconfig: &Path, name: &str) -> Self {
+        Conflux::start_with(kubeconfig, name, &[], &[])
+    }
+
+    /// [`Conflux::start`] with more flags and environment variables.
+    pub fn start_with(
+        kubeconfig: &Path,
+        name: &str,
+        extra_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let (metrics_port, health_port) = (free_port(), free_port());
         let dir = conflux_tests::repo_root().join("target/fault-logs");
         std::fs::create_dir_all(&dir).expect("log dir");
@@ -119,6 +129,8 @@ impl Conflux {
                 &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
                 &format!("--health-addr=127.0.0.1:{health_port}"),
             ])
+            .args(extra_args)
+            .envs(env.iter().copied())
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
             .stderr(file)
@@ -179,6 +191,18 @@ impl Conflux {
         self.kill9();
     }
 
+    /// Whether `conflux_leader_election_master_status` says this replica leads.
+    pub fn is_leader(&self) -> bool {
+        self.metrics()
+            .lines()
+            .any(|l| l.trim() == "conflux_leader_election_master_status 1")
+    }
+
+    /// The log written so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// `/readyz`: status and body.
     pub fn readyz(&self) -> Option<(u16, String)> {
         http_get(self.health_port, "/readyz")
@@ -211,6 +235,11 @@ pub struct World {
 }
 
 impl World {
+    /// The namespace of the sources (also the runtime namespace of leader election tests).
+    pub fn source_namespace(&self) -> &str {
+        &self.src
+    }
+
     /// Creates the world (and the CRDs it needs) and returns once everything exists.
     pub async fn setup(client: &Client, prefix: &str, fan_out: usize) -> Self {
         install_crds(client).await;

@@ -96,6 +96,22 @@ impl Health {
         part
     }
 
+    /// Attaches `part` as a child (for a node made elsewhere, such as a leadership term's).
+    pub fn attach(&self, part: Arc<Health>) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(part);
+    }
+
+    /// Removes the child `part` (the same node, not one of the same name).
+    pub fn detach(&self, part: &Arc<Health>) {
+        self.parts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| !Arc::ptr_eq(p, part));
+    }
+
     /// Adds a check evaluated at every probe.
     pub fn check(
         &self,

@@ -388,7 +388,8 @@ where
         let now = self.now_ms();
         let bound = u64::try_from(self.stall_after.as_millis()).unwrap_or(u64::MAX);
         let subs = self.lock_subscribers();
-        for s in &subs.list {
+        // A subscriber that went away (a leadership term that ended) is not stalled.
+        for s in subs.list.iter().filter(|s| !s.tx.is_closed()) {
             let queued = s.stats.queued.load(Ordering::Acquire);
             let since = s.stats.progress_ms.load(Ordering::Acquire);
             if queued > 0 && now.saturating_sub(since) > bound {

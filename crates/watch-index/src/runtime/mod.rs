@@ -11,12 +11,14 @@
 //! - [`flux`]: the flux-trigger executor (`reconcile.fluxcd.io/requestedAt` on Flux objects).
 //! - [`health`]: readiness and liveness as a tree of named parts.
 //! - [`events`]: Kubernetes Events, and API calls bounded in time.
+//! - [`leader`]: leader election on a Lease; only the leader's term client writes.
 
 pub mod configs;
 pub mod events;
 pub mod flux;
 pub mod health;
 pub mod informer;
+pub mod leader;
 pub mod metrics;
 pub mod trigger;
 
@@ -50,6 +52,8 @@ struct Inner {
     stall_after: Duration,
     /// The watches started through this runtime; stopped when the last handle goes.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// For a leadership term: the health tree its own node hangs in.
+    parent_health: Option<Arc<Health>>,
 }
 
 impl Drop for Inner {
@@ -83,6 +87,7 @@ impl Runtime {
                 health: Arc::new(Health::new("conflux")),
                 stall_after: DEFAULT_STALL_AFTER,
                 tasks: Mutex::new(Vec::new()),
+                parent_health: None,
             }),
         }
     }
@@ -100,7 +105,44 @@ impl Runtime {
                 health: inner.health.clone(),
                 stall_after,
                 tasks: Mutex::new(Vec::new()),
+                parent_health: None,
             }),
+        }
+    }
+
+    /// A runtime for one leadership term ([`leader::run_elected`]): `client` (the term's, which
+    /// stops writing when the term ends), the same metrics and stall bound, its own health node
+    /// (under `leader` in this runtime's tree) and its own watches, all stopped by
+    /// [`Runtime::end`].
+    pub fn term(&self, client: Client) -> Runtime {
+        let health = Arc::new(Health::new("leader"));
+        self.inner.health.attach(health.clone());
+        Runtime {
+            inner: Arc::new(Inner {
+                client,
+                metrics: self.inner.metrics.clone(),
+                health,
+                stall_after: self.inner.stall_after,
+                tasks: Mutex::new(Vec::new()),
+                parent_health: Some(self.inner.health.clone()),
+            }),
+        }
+    }
+
+    /// Stops the watches started through this runtime and, for a term, removes its health node.
+    /// Handles that outlive it keep a runtime whose watches are gone.
+    pub fn end(&self) {
+        for task in self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            task.abort();
+        }
+        if let Some(parent) = &self.inner.parent_health {
+            parent.detach(&self.inner.health);
         }
     }
 
