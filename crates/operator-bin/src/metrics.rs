@@ -7,7 +7,16 @@ use anyhow::Context;
 use copy_core::runtime::CopyMetrics;
 use prometheus_client::registry::Registry;
 use reloader::runtime::ReloadMetrics;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::header::CONTENT_TYPE;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use watch_index::runtime::flux::FluxMetrics;
 use watch_index::runtime::leader::LeaderMetrics;
@@ -63,7 +72,15 @@ pub enum Endpoints {
     Health,
 }
 
-/// Binds `addr` and serves `endpoints` until the process ends. Returns the bound address.
+/// How long a client may take to send its request head; idle and slow connections are closed
+/// after it, so they cannot pile up and starve the probes.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one connection may stay open in all (keep-alive included).
+pub const CONNECTION_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Binds `addr` and serves `endpoints` over HTTP/1.1 (hyper) until the process ends. Every
+/// connection is served on its own task, with [`HEADER_READ_TIMEOUT`] and [`CONNECTION_TIMEOUT`].
+/// Returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
     endpoints: Endpoints,
@@ -76,27 +93,30 @@ pub async fn serve(
     let bound = listener.local_addr()?;
     tokio::spawn(async move {
         loop {
-            let Ok((mut socket, _)) = listener.accept().await else {
+            let Ok((socket, _)) = listener.accept().await else {
+                // Out of file descriptors and the like: wait a moment instead of spinning.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
-            let registry = registry.clone();
-            let health = health.clone();
+            let (registry, health) = (registry.clone(), health.clone());
+            let service = service_fn(move |request: Request<Incoming>| {
+                let (status, content_type, body) =
+                    respond(endpoints, request.uri().path(), &registry, &health);
+                let response = Response::builder()
+                    .status(status)
+                    .header(CONTENT_TYPE, content_type)
+                    .body(Full::new(Bytes::from(body)));
+                async move { response }
+            });
             tokio::spawn(async move {
-                // Requests here are one line from a scraper or a probe; 4 KiB holds the line.
-                let mut buf = [0u8; 4096];
-                let Ok(n) = socket.read(&mut buf).await else {
-                    return;
-                };
-                let request = String::from_utf8_lossy(&buf[..n]);
-                let path = request.split_whitespace().nth(1).unwrap_or("/");
-                let (status, content_type, body) = respond(endpoints, path, &registry, &health);
-                let head = format!(
-                    "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = socket.write_all(head.as_bytes()).await;
-                let _ = socket.write_all(body.as_bytes()).await;
-                let _ = socket.shutdown().await;
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    // One request per connection, as probes make them: nothing lingers.
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(socket), service);
+                // Errors here are the client's (reset, timeout): nothing to report.
+                let _ = tokio::time::timeout(CONNECTION_TIMEOUT, connection).await;
             });
         }
     });
@@ -108,19 +128,19 @@ fn respond(
     path: &str,
     registry: &Registry,
     health: &Health,
-) -> (&'static str, &'static str, String) {
+) -> (StatusCode, &'static str, String) {
     const TEXT: &str = "text/plain; charset=utf-8";
     match (endpoints, path) {
         (Endpoints::Metrics, "/metrics") => {
             let mut body = String::new();
             match prometheus_client::encoding::text::encode(&mut body, registry) {
                 Ok(()) => (
-                    "200 OK",
+                    StatusCode::OK,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     body,
                 ),
                 Err(_) => (
-                    "500 Internal Server Error",
+                    StatusCode::INTERNAL_SERVER_ERROR,
                     TEXT,
                     "encoding failed\n".into(),
                 ),
@@ -130,14 +150,14 @@ fn respond(
             // The body names every part that is not ready (or not live), one per line.
             let problems = health.problems(path == "/readyz");
             if problems.is_empty() {
-                ("200 OK", TEXT, "ok\n".into())
+                (StatusCode::OK, TEXT, "ok\n".into())
             } else {
                 let mut body = problems.join("\n");
                 body.push('\n');
-                ("503 Service Unavailable", TEXT, body)
+                (StatusCode::SERVICE_UNAVAILABLE, TEXT, body)
             }
         }
-        _ => ("404 Not Found", TEXT, "not found\n".into()),
+        _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
     }
 }
 
@@ -151,12 +171,12 @@ mod tests {
         let health = Health::new("conflux");
         let copy = health.part("copy");
         let (status, _, body) = respond(Endpoints::Health, "/readyz", &registry, &health);
-        assert_eq!(status, "503 Service Unavailable");
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(body, "conflux/copy: not ready\n");
         let (status, _, _) = respond(Endpoints::Health, "/healthz", &registry, &health);
-        assert_eq!(status, "200 OK", "not ready is still live");
+        assert_eq!(status, StatusCode::OK, "not ready is still live");
         copy.set_ready(true);
         let (status, _, body) = respond(Endpoints::Health, "/readyz", &registry, &health);
-        assert_eq!((status, body.as_str()), ("200 OK", "ok\n"));
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
     }
 }

@@ -161,6 +161,8 @@ struct Status {
     last_ok: Option<Instant>,
     /// Start and error count of the incident in progress, for its log lines.
     incident: Option<(Instant, u64)>,
+    /// The last error said the kind is not served (a CRD not installed).
+    not_served: bool,
 }
 
 impl<K: Watched> Informer<K>
@@ -370,6 +372,11 @@ where
 
     fn probe(&self) -> Probe {
         let status = self.lock_status();
+        if !status.synced && status.not_served {
+            return self.with_stall(Probe::not_ready(
+                "not served by the API server (is its CustomResourceDefinition installed?)",
+            ));
+        }
         if !status.synced {
             return self.with_stall(Probe::not_ready("not listed yet"));
         }
@@ -416,11 +423,16 @@ where
                 *count += 1;
                 debug!(resource = %self.resource, error = %err, "watch still failing");
             }
+            None if not_served(err) => {
+                status.incident = Some((now, 1));
+                warn!(resource = %self.resource, reason = "NotServed", error = %err, "the API server does not serve this kind: is its CustomResourceDefinition installed? Not ready until it is; retrying with backoff");
+            }
             None => {
                 status.incident = Some((now, 1));
-                warn!(resource = %self.resource, error = %err, "watch failed; retrying with backoff");
+                warn!(resource = %self.resource, reason = "WatchFailed", error = %err, "watch failed; retrying with backoff");
             }
         }
+        status.not_served = not_served(err);
     }
 
     fn on_ok(&self) {
@@ -436,6 +448,7 @@ where
             .set(unix);
         let mut status = self.lock_status();
         status.last_ok = Some(now);
+        status.not_served = false;
         if let Some((since, errors)) = status.incident.take() {
             info!(
                 resource = %self.resource,
@@ -659,5 +672,16 @@ impl<K> Stream for Subscription<K> {
             self.record_read(item.is_some());
         }
         polled
+    }
+}
+
+/// Whether a watch error means the API server does not serve the kind (404 on list or watch).
+fn not_served(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 404,
+        watcher::Error::WatchError(status) => status.code == 404,
+        _ => false,
     }
 }
