@@ -80,6 +80,84 @@ async fn setup(test: &str) -> (Client, String) {
 // ---------------------------------------------------------------------------------------------
 // Pull copies (copyFrom)
 
+/// Flux Operator's ResourceSets copy their own `copyFrom` targets: conflux leaves them alone (no
+/// write, no Warning) unless `--copy-resourceset-targets` asks it to copy them too.
+#[tokio::test]
+async fn copy_from_targets_of_flux_operator_resource_sets_are_left_to_it() {
+    let (client, shard) = setup("pull-resourceset").await;
+    let c = cluster();
+    let src = namespace(c, &client, "rs-src", &[]).await;
+    let dst = namespace(c, &client, "rs-dst", &[]).await;
+    let operator = Operator::start(c, &shard, &[], 4).await;
+    // No consent on the source: a target conflux handled would get a CopyNotAllowed Warning.
+    apply(
+        &client,
+        &src,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "runtime-info"}, "data": {"region": "eu-west-1"}}),
+    )
+    .await;
+    let mut generated = target(
+        "ConfigMap",
+        "runtime-info",
+        &format!("{src}/runtime-info"),
+        &shard,
+    );
+    generated["metadata"]["labels"]["resourceset.fluxcd.controlplane.io/name"] = json!("tenants");
+    generated["metadata"]["labels"]["resourceset.fluxcd.controlplane.io/namespace"] =
+        json!("flux-system");
+    generated["data"] = json!({"region": "written-by-flux-operator"});
+    apply(&client, &dst, generated).await;
+    // A plain target next to it shows the controller has looked at both.
+    apply(
+        &client,
+        &dst,
+        target(
+            "ConfigMap",
+            "control",
+            &format!("{src}/runtime-info"),
+            &shard,
+        ),
+    )
+    .await;
+    let reason = eventually("a Warning about the plain target", WAIT, || async {
+        events_about(&client, &dst, "ConfigMap", "control")
+            .await
+            .into_iter()
+            .find(|(t, _, _)| t == "Warning")
+            .map(|(_, r, _)| r)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let untouched = config_map(&client, &dst, "runtime-info")
+        .await
+        .expect("target");
+    assert_eq!(
+        cm_data(&untouched).get("region").map(String::as_str),
+        Some("written-by-flux-operator"),
+        "the ResourceSet target keeps Flux Operator's data"
+    );
+    assert!(
+        events_about(&client, &dst, "ConfigMap", "runtime-info")
+            .await
+            .is_empty(),
+        "no Event about the ResourceSet target (the plain one got {reason})"
+    );
+
+    // Opted back in: conflux copies ResourceSet targets too.
+    operator.kill();
+    let consenting = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "runtime-info", "annotations": {ALLOWED: "*"}},
+        "data": {"region": "eu-west-1"}});
+    apply(&client, &src, consenting).await;
+    let _operator = Operator::start_with(c, &shard, &[], 4, None, true).await;
+    eventually("the ResourceSet target is copied", WAIT, || async {
+        let cm = config_map(&client, &dst, "runtime-info").await?;
+        (cm_data(&cm).get("region").map(String::as_str) == Some("eu-west-1")).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn copy_from_copies_data_binary_data_and_secret_type_but_no_source_metadata() {
     let (client, shard) = setup("pull-content").await;

@@ -149,6 +149,24 @@ pub fn is_managed(labels: Option<&BTreeMap<String, String>>) -> bool {
         == Some(MANAGED_BY_VALUE)
 }
 
+/// Label Flux Operator puts on every object a ResourceSet generates (with the ResourceSet's name).
+pub const RESOURCE_SET_NAME_LABEL: &str = "resourceset.fluxcd.controlplane.io/name";
+/// Label Flux Operator puts on every object a ResourceSet generates (its namespace).
+pub const RESOURCE_SET_NAMESPACE_LABEL: &str = "resourceset.fluxcd.controlplane.io/namespace";
+
+/// The ResourceSet (`namespace/name`) that generated an object, from Flux Operator's labels.
+/// Flux Operator already copies the `fluxcd.controlplane.io/copyFrom` targets of its
+/// ResourceSets; conflux leaves those to it rather than fight over their data.
+pub fn resource_set_of(labels: Option<&BTreeMap<String, String>>) -> Option<String> {
+    let labels = labels?;
+    let name = labels.get(RESOURCE_SET_NAME_LABEL)?;
+    let namespace = labels
+        .get(RESOURCE_SET_NAMESPACE_LABEL)
+        .map(String::as_str)
+        .unwrap_or_default();
+    Some(format!("{namespace}/{name}"))
+}
+
 /// A JSON merge patch that strips conflux's ownership from a copy (labels and annotations), leaving
 /// data and everything else in place: what the `Orphan` deletion policy does. A merge patch, not an
 /// apply, because an apply that drops our fields would drop the data we own as well.
@@ -176,6 +194,26 @@ pub fn release_patch() -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn resource_set_targets_are_recognised_by_flux_operator_labels() {
+        let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let generated = labels(&[
+            (RESOURCE_SET_NAME_LABEL, "tenants"),
+            (RESOURCE_SET_NAMESPACE_LABEL, "flux-system"),
+        ]);
+        assert_eq!(
+            resource_set_of(Some(&generated)).as_deref(),
+            Some("flux-system/tenants")
+        );
+        assert_eq!(resource_set_of(Some(&labels(&[("app", "x")]))), None);
+        assert_eq!(resource_set_of(None), None);
+    }
     use watch_index::selector::{Selector, validate_value};
 
     #[test]

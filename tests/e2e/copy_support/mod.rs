@@ -1,6 +1,6 @@
-//! What the copy/sync end-to-end tests and the fan-out benchmark share: the ConfigSync CRD from
+//! What the copy/sync end-to-end tests share: the ConfigSync CRD from
 //! `deploy/crds/configsync.yaml`, an in-process operator scoped to one test (a shard label), and
-//! small readers of the cluster.
+//! small readers of the cluster. (The fan-out benchmark has its own copy in `benches/src`.)
 
 #![allow(dead_code)]
 
@@ -102,6 +102,19 @@ impl Operator {
         concurrent: usize,
         namespace: Option<&str>,
     ) -> Self {
+        Self::start_with(cluster, shard, trusted, concurrent, namespace, false).await
+    }
+
+    /// The same, also copying Flux Operator ResourceSet targets when `resource_set_targets`
+    /// (`--copy-resourceset-targets`).
+    pub async fn start_with(
+        cluster: &Cluster,
+        shard: &str,
+        trusted: &[&str],
+        concurrent: usize,
+        namespace: Option<&str>,
+        resource_set_targets: bool,
+    ) -> Self {
         let client = cluster.client().await;
         let selector = Selector::parse(&format!("{SHARD}={shard}")).expect("shard selector");
         let metrics = Arc::new(CopyMetrics::default());
@@ -113,6 +126,7 @@ impl Operator {
                 object_selector: selector.clone(),
                 concurrent,
                 namespace: namespace.map(str::to_owned),
+                resource_set_targets,
             },
             metrics.clone(),
         );
