@@ -33,6 +33,9 @@ pub enum Command {
     Plan,
     /// Print the CustomResourceDefinitions conflux serves (ConfigSync) as YAML.
     Crd,
+    /// Print every manifest conflux needs (Namespace, CRDs, least-privilege RBAC, Deployment)
+    /// as YAML: `conflux install --export | kubectl apply -f -`.
+    Install(crate::install_cmd::InstallArgs),
 }
 
 /// Runs the chosen subcommand and returns the process exit code.
@@ -43,6 +46,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build(args) => crate::build_cmd::run(&args),
         Command::Plan => not_implemented("plan"),
         Command::Crd => crate::crd_cmd::run(),
+        Command::Install(args) => crate::install_cmd::run(&args),
     }
 }
 

@@ -8,11 +8,16 @@ use std::process::ExitCode;
 use anyhow::Context;
 use kube::CustomResourceExt;
 
+/// The ConfigSync CRD as a JSON value (also part of `conflux install --export`).
+pub fn configsync_crd() -> anyhow::Result<serde_json::Value> {
+    serde_json::to_value(copy_core::ConfigSync::crd())
+        .context("cannot serialise the ConfigSync CRD")
+}
+
 /// The ConfigSync CRD as YAML, in go-yaml's style (sorted keys), with a header saying how it is
 /// made.
 pub fn configsync_yaml() -> anyhow::Result<String> {
-    let crd = serde_json::to_value(copy_core::ConfigSync::crd())
-        .context("cannot serialise the ConfigSync CRD")?;
+    let crd = configsync_crd()?;
     let body = postbuild_subst::yaml::emit::json_to_yaml(&crd)
         .context("cannot render the ConfigSync CRD as YAML")?;
     Ok(format!(

@@ -5,6 +5,7 @@ mod build_cmd;
 mod cli;
 mod crd_cmd;
 mod envsubst_cmd;
+mod install_cmd;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,436 @@
+//! `conflux install --export`: every manifest conflux needs, as multi-document YAML in the order
+//! to apply them (like `flux install --export`). Apply with
+//! `conflux install --export | kubectl apply -f -`.
+//!
+//! RBAC is least-privilege and per controller: each ClusterRole lists exactly the verbs that
+//! controller's runtime code uses (`crates/*/src/runtime`), so a controller that is turned off
+//! gets no rules. The default output is committed as `deploy/conflux.yaml`; a test fails when it
+//! is stale.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, ResourceRequirements,
+    SeccompProfile, SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec,
+    TopologySpreadConstraint,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Resource;
+use operator_bin::run::ControllerName;
+use serde::Serialize;
+use watch_index::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP};
+
+/// Name of the ServiceAccount, the Deployment and the prefix of every RBAC object.
+const NAME: &str = "conflux";
+/// Port of `/metrics` (`--metrics-addr`).
+const METRICS_PORT: i32 = 8080;
+/// Port of `/healthz` and `/readyz` (`--health-addr`).
+const HEALTH_PORT: i32 = 9440;
+
+/// Flags of `conflux install`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InstallArgs {
+    /// Print the manifests to stdout (the only mode: apply them with
+    /// `conflux install --export | kubectl apply -f -`).
+    #[arg(long)]
+    pub export: bool,
+
+    /// Controllers to run and grant RBAC for, comma-separated: copy, sync, reload, flux-trigger.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "copy,sync,reload,flux-trigger"
+    )]
+    pub controllers: Vec<ControllerName>,
+
+    /// Namespace conflux runs in (created by the manifests).
+    #[arg(long, default_value = "conflux-system")]
+    pub namespace: String,
+
+    /// Container image (default: ghcr.io/conflux-dev/conflux:v<this version>).
+    #[arg(long)]
+    pub image: Option<String>,
+
+    /// Extra argument for `conflux run` in the container; repeatable
+    /// (`--arg=--reload-debounce=5s --arg=--log-level=debug`).
+    #[arg(long = "arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub extra_args: Vec<String>,
+}
+
+/// Writes the manifests to stdout; without `--export` a usage error (exit status 2).
+pub fn run(args: &InstallArgs) -> anyhow::Result<ExitCode> {
+    if !args.export {
+        eprintln!(
+            "error: conflux install: only --export is supported; applying needs kubectl:\n  \
+             conflux install --export | kubectl apply -f -"
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let yaml = manifests(args)?;
+    std::io::stdout()
+        .lock()
+        .write_all(yaml.as_bytes())
+        .context("cannot write to stdout")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every manifest, as multi-document YAML with sorted keys (deterministic), in dependency order:
+/// Namespace, CRDs, ServiceAccount, ClusterRoles and their bindings, the leader election Role and
+/// its binding, the metrics Service, the Deployment and its PodDisruptionBudget.
+pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
+    let controllers: BTreeSet<ControllerName> = args.controllers.iter().copied().collect();
+    if controllers.is_empty() {
+        bail!("--controllers names no controller");
+    }
+    let ns = args.namespace.as_str();
+    if !is_dns_label(ns) {
+        bail!("invalid --namespace '{ns}': expected a DNS label (lowercase a-z, 0-9 and '-')");
+    }
+    let image = match &args.image {
+        Some(image) if image.trim().is_empty() => bail!("--image must not be empty"),
+        Some(image) => image.clone(),
+        None => format!("ghcr.io/conflux-dev/conflux:v{}", env!("CARGO_PKG_VERSION")),
+    };
+
+    let mut docs = vec![to_doc(&Namespace {
+        metadata: meta(None, ns),
+        ..Namespace::default()
+    })?];
+    // The CRD stays whatever controllers run: dropping it would delete every ConfigSync.
+    docs.push(to_doc(&crate::crd_cmd::configsync_crd()?)?);
+    docs.push(to_doc(&ServiceAccount {
+        metadata: meta(Some(ns), NAME),
+        ..ServiceAccount::default()
+    })?);
+    let mut roles: Vec<(String, Vec<PolicyRule>)> =
+        vec![(format!("{NAME}-common"), common_rules())];
+    for c in &controllers {
+        roles.push((format!("{NAME}-{c}"), controller_rules(*c)));
+    }
+    for (name, rules) in &roles {
+        docs.push(to_doc(&ClusterRole {
+            metadata: meta(None, name),
+            rules: Some(rules.clone()),
+            ..ClusterRole::default()
+        })?);
+    }
+    for (name, _) in &roles {
+        let (role_ref, subjects) = binding("ClusterRole", name, ns);
+        let metadata = meta(None, name);
+        docs.push(to_doc(&ClusterRoleBinding {
+            metadata,
+            role_ref,
+            subjects,
+        })?);
+    }
+    let election = format!("{NAME}-leader-election");
+    docs.push(to_doc(&Role {
+        metadata: meta(Some(ns), &election),
+        // kube-lease-manager reads, creates and patches the Lease (watch-index runtime::leader).
+        rules: Some(vec![rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "patch"],
+        )]),
+    })?);
+    let (role_ref, subjects) = binding("Role", &election, ns);
+    let metadata = meta(Some(ns), &election);
+    docs.push(to_doc(&RoleBinding {
+        metadata,
+        role_ref,
+        subjects,
+    })?);
+    docs.push(to_doc(&metrics_service(ns))?);
+    docs.push(to_doc(&deployment(
+        ns,
+        &image,
+        &controllers,
+        &args.extra_args,
+    ))?);
+    docs.push(to_doc(&PodDisruptionBudget {
+        metadata: meta(Some(ns), NAME),
+        spec: Some(PodDisruptionBudgetSpec {
+            min_available: Some(IntOrString::Int(1)),
+            selector: Some(selector()),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        ..PodDisruptionBudget::default()
+    })?);
+
+    let mut out = format!(
+        "# Generated by `conflux install --export` (conflux v{}); do not edit.\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&doc);
+    }
+    Ok(out)
+}
+
+/// What every controller needs: the shared metadata watches of ConfigMaps and Secrets, reads of
+/// the few objects whose data matters (copy sources and targets, consumed configs, data-hash
+/// triggers), and Events (kube's recorder creates them, and patches a repeated one).
+fn common_rules() -> Vec<PolicyRule> {
+    vec![
+        rule("", &["configmaps", "secrets"], &["get", "list", "watch"]),
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// The rules of one controller beyond [`common_rules`], verb by verb what its runtime does.
+fn controller_rules(controller: ControllerName) -> Vec<PolicyRule> {
+    // Copies are server-side applied, merge-patched (cleanup), deleted, and re-created where a
+    // field is immutable (copy-core runtime::executor).
+    let copies = || {
+        rule(
+            "",
+            &["configmaps", "secrets"],
+            &["create", "patch", "delete"],
+        )
+    };
+    let lwp = ["list", "watch", "patch"];
+    match controller {
+        ControllerName::Copy => vec![copies()],
+        ControllerName::Sync => {
+            let plural = copy_core::ConfigSync::plural(&()).into_owned();
+            vec![
+                copies(),
+                // Every namespace, metadata only, to find the targets.
+                rule("", &["namespaces"], &["list", "watch"]),
+                // The finalizer is a JSON patch; status is server-side applied.
+                rule(copy_core::config_sync::GROUP, &[&plural], &lwp),
+                rule(
+                    copy_core::config_sync::GROUP,
+                    &[&format!("{plural}/status")],
+                    &["patch"],
+                ),
+            ]
+        }
+        // One informer per workload kind, and server-side applied template annotations.
+        ControllerName::Reload => vec![
+            rule("apps", &["deployments", "statefulsets", "daemonsets"], &lwp),
+            rule("batch", &["cronjobs"], &lwp),
+        ],
+        // Flux objects are watched and merge-patched (`requestedAt`, observed-configs digest).
+        ControllerName::FluxTrigger => vec![
+            rule(KUSTOMIZE_GROUP, &["kustomizations"], &lwp),
+            rule(HELM_GROUP, &["helmreleases"], &lwp),
+            rule(NOTIFICATION_GROUP, &["receivers"], &lwp),
+        ],
+    }
+}
+
+fn deployment(
+    ns: &str,
+    image: &str,
+    controllers: &BTreeSet<ControllerName>,
+    extra_args: &[String],
+) -> Deployment {
+    let names: Vec<&str> = controllers.iter().map(|c| c.as_str()).collect();
+    let mut args = vec![
+        "run".to_owned(),
+        format!("--controllers={}", names.join(",")),
+        "--enable-leader-election".to_owned(),
+        format!("--metrics-addr=:{METRICS_PORT}"),
+        format!("--health-addr=:{HEALTH_PORT}"),
+    ];
+    args.extend(extra_args.iter().cloned());
+    let env_from_field = |name: &str, path: &str| EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.to_owned(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    };
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("healthz".to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        ..Probe::default()
+    };
+    let port = |name: &str, port: i32| ContainerPort {
+        name: Some(name.to_owned()),
+        container_port: port,
+        protocol: Some("TCP".to_owned()),
+        ..ContainerPort::default()
+    };
+    let quantities = |cpu: &str, memory: &str| {
+        BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cpu.to_owned())),
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+        ])
+    };
+    let container = Container {
+        name: NAME.to_owned(),
+        image: Some(image.to_owned()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        args: Some(args),
+        env: Some(vec![
+            env_from_field("RUNTIME_NAMESPACE", "metadata.namespace"),
+            env_from_field("POD_NAME", "metadata.name"),
+        ]),
+        ports: Some(vec![
+            port("metrics", METRICS_PORT),
+            port("healthz", HEALTH_PORT),
+        ]),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
+        resources: Some(ResourceRequirements {
+            requests: Some(quantities("100m", "64Mi")),
+            limits: Some(quantities("1000m", "512Mi")),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".to_owned()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    };
+    let mut pod_labels = part_of();
+    pod_labels.extend(selector().match_labels.unwrap_or_default());
+    Deployment {
+        metadata: meta(Some(ns), NAME),
+        spec: DeploymentSpec {
+            replicas: Some(2),
+            selector: selector(),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    service_account_name: Some(NAME.to_owned()),
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(65532),
+                        run_as_group: Some(65532),
+                        seccomp_profile: Some(SeccompProfile {
+                            type_: "RuntimeDefault".to_owned(),
+                            ..SeccompProfile::default()
+                        }),
+                        ..PodSecurityContext::default()
+                    }),
+                    // The replicas on different nodes where there are several.
+                    topology_spread_constraints: Some(vec![TopologySpreadConstraint {
+                        label_selector: Some(selector()),
+                        max_skew: 1,
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        when_unsatisfiable: "ScheduleAnyway".to_owned(),
+                        ..TopologySpreadConstraint::default()
+                    }]),
+                    containers: vec![container],
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        },
+        ..Deployment::default()
+    }
+}
+
+fn metrics_service(ns: &str) -> Service {
+    Service {
+        metadata: meta(Some(ns), &format!("{NAME}-metrics")),
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".to_owned()),
+            selector: selector().match_labels,
+            ports: Some(vec![ServicePort {
+                name: Some("metrics".to_owned()),
+                port: METRICS_PORT,
+                protocol: Some("TCP".to_owned()),
+                target_port: Some(IntOrString::String("metrics".to_owned())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    let strings = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(vec![group.to_owned()]),
+        resources: Some(strings(resources)),
+        verbs: strings(verbs),
+        ..PolicyRule::default()
+    }
+}
+
+/// The role reference and subjects (the ServiceAccount) of a binding of role `name`.
+fn binding(kind: &str, name: &str, ns: &str) -> (RoleRef, Option<Vec<Subject>>) {
+    let role_ref = RoleRef {
+        api_group: Some("rbac.authorization.k8s.io".to_owned()),
+        kind: kind.to_owned(),
+        name: name.to_owned(),
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".to_owned(),
+        name: NAME.to_owned(),
+        namespace: Some(ns.to_owned()),
+        ..Subject::default()
+    };
+    (role_ref, Some(vec![subject]))
+}
+
+/// The label on every object (`kubectl get -A -l app.kubernetes.io/part-of=conflux ...`).
+fn part_of() -> BTreeMap<String, String> {
+    BTreeMap::from([("app.kubernetes.io/part-of".to_owned(), NAME.to_owned())])
+}
+
+fn selector() -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(BTreeMap::from([(
+            "app.kubernetes.io/name".to_owned(),
+            NAME.to_owned(),
+        )])),
+        ..LabelSelector::default()
+    }
+}
+
+fn meta(namespace: Option<&str>, name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: namespace.map(str::to_owned),
+        labels: Some(part_of()),
+        ..ObjectMeta::default()
+    }
+}
+
+/// One object as YAML in go-yaml's style (sorted keys), like `conflux crd`.
+fn to_doc<T: Serialize>(object: &T) -> anyhow::Result<String> {
+    let value = serde_json::to_value(object).context("cannot serialise a manifest")?;
+    postbuild_subst::yaml::emit::json_to_yaml(&value).context("cannot render a manifest as YAML")
+}
+
+/// RFC 1123 label: what a namespace name must be.
+fn is_dns_label(s: &str) -> bool {
+    let ok = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=63).contains(&s.len())
+        && s.chars().all(|c| ok(c) || c == '-')
+        && s.starts_with(ok)
+        && s.ends_with(ok)
+}

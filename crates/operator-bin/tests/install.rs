@@ -1,0 +1,307 @@
+//! `conflux install --export`: the committed kustomize base in deploy/ is exactly its default
+//! output, and each controller's RBAC appears only when that controller runs.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn conflux_install(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_conflux"))
+        .arg("install")
+        .args(args)
+        .output()
+        .expect("run conflux install")
+}
+
+/// The documents of a successful `conflux install --export ...`.
+fn export(args: &[&str]) -> Vec<Value> {
+    let output = conflux_install(&[&["--export"], args].concat());
+    assert!(
+        output.status.success(),
+        "conflux install --export failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("UTF-8 YAML");
+    serde_saphyr::from_multiple(&text).expect("multi-document YAML")
+}
+
+fn kind_name(doc: &Value) -> (String, String) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    (s(&doc["kind"]), s(&doc["metadata"]["name"]))
+}
+
+/// Every (API group, resource, verb) granted by the ClusterRoles and Roles of `docs`.
+fn grants(docs: &[Value]) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole" || d["kind"] == "Role")
+    {
+        for rule in doc["rules"].as_array().expect("rules") {
+            for group in rule["apiGroups"].as_array().expect("apiGroups") {
+                for resource in rule["resources"].as_array().expect("resources") {
+                    for verb in rule["verbs"].as_array().expect("verbs") {
+                        out.push((
+                            group.as_str().expect("group").to_owned(),
+                            resource.as_str().expect("resource").to_owned(),
+                            verb.as_str().expect("verb").to_owned(),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn granted(grants: &[(String, String, String)], group: &str, resource: &str, verb: &str) -> bool {
+    grants
+        .iter()
+        .any(|(g, r, v)| g == group && r == resource && v == verb)
+}
+
+#[test]
+fn committed_deploy_base_is_what_conflux_install_export_prints() {
+    let output = conflux_install(&["--export"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let generated = String::from_utf8(output.stdout).expect("UTF-8 YAML");
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy");
+    let committed = std::fs::read_to_string(deploy.join("conflux.yaml")).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is stale or missing; regenerate it with\n  \
+         cargo run -p operator-bin --bin conflux -- install --export > deploy/conflux.yaml",
+        deploy.join("conflux.yaml").display()
+    );
+    let kustomization =
+        std::fs::read_to_string(deploy.join("kustomization.yaml")).unwrap_or_default();
+    let kustomization: Value = serde_saphyr::from_str(&kustomization).expect("kustomization.yaml");
+    assert_eq!(
+        kustomization["resources"],
+        serde_json::json!(["conflux.yaml"]),
+        "deploy/kustomization.yaml lists the install manifests (and only them: the CRD is in them)"
+    );
+}
+
+#[test]
+fn default_export_is_in_dependency_order_with_everything_a_deployment_needs() {
+    let docs = export(&[]);
+    let kinds: Vec<String> = docs.iter().map(|d| kind_name(d).0).collect();
+    let position = |kind: &str| {
+        kinds
+            .iter()
+            .position(|k| k == kind)
+            .unwrap_or_else(|| panic!("no {kind} in {kinds:?}"))
+    };
+    let order = [
+        "Namespace",
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+    ];
+    for pair in order.windows(2) {
+        assert!(
+            position(pair[0]) < position(pair[1]),
+            "{pair:?} in {kinds:?}"
+        );
+    }
+    let roles: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRole")
+        .map(|d| kind_name(d).1)
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "conflux-common",
+            "conflux-copy",
+            "conflux-sync",
+            "conflux-reload",
+            "conflux-flux-trigger"
+        ]
+    );
+
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    assert_eq!(deployment["metadata"]["namespace"], "conflux-system");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "conflux");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        format!("ghcr.io/conflux-dev/conflux:v{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        container["args"],
+        serde_json::json!([
+            "run",
+            "--controllers=copy,sync,reload,flux-trigger",
+            "--enable-leader-election",
+            "--metrics-addr=:8080",
+            "--health-addr=:9440"
+        ])
+    );
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert!(container["resources"]["requests"].is_object());
+    assert!(container["resources"]["limits"].is_object());
+    let env: Vec<&str> = container["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(env, ["RUNTIME_NAMESPACE", "POD_NAME"]);
+
+    let pdb = docs
+        .iter()
+        .find(|d| d["kind"] == "PodDisruptionBudget")
+        .expect("PDB");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+
+    // The run flags the Deployment passes all exist (parsed in-process, as `conflux run` would).
+    let run_flags: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: operator_bin::run::RunArgs,
+    }
+    let parsed = Run::try_parse_from(&run_flags).expect("the Deployment's flags parse");
+    assert_eq!(parsed.args.controllers.len(), 4);
+}
+
+#[test]
+fn only_the_controllers_turned_on_get_rules() {
+    let all = grants(&export(&[]));
+    let copy_docs = export(&[
+        "--controllers=copy",
+        "--namespace=ops",
+        "--image=example/c:1",
+    ]);
+    let copy = grants(&copy_docs);
+
+    // What copy needs: the shared watches, its writes, Events, the leader election Lease.
+    for (group, resource, verb) in [
+        ("", "configmaps", "list"),
+        ("", "secrets", "watch"),
+        ("", "secrets", "get"),
+        ("", "secrets", "patch"),
+        ("", "configmaps", "create"),
+        ("", "configmaps", "delete"),
+        ("events.k8s.io", "events", "create"),
+        ("coordination.k8s.io", "leases", "patch"),
+    ] {
+        assert!(
+            granted(&copy, group, resource, verb),
+            "copy lacks {verb} {group}/{resource}"
+        );
+    }
+    // Nothing of reload, flux-trigger or sync.
+    for (group, resource) in [
+        ("apps", "deployments"),
+        ("apps", "statefulsets"),
+        ("apps", "daemonsets"),
+        ("batch", "cronjobs"),
+        ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+        ("helm.toolkit.fluxcd.io", "helmreleases"),
+        ("notification.toolkit.fluxcd.io", "receivers"),
+        ("", "namespaces"),
+        ("conflux.dev", "configsyncs"),
+        ("conflux.dev", "configsyncs/status"),
+    ] {
+        assert!(
+            !copy.iter().any(|(g, r, _)| g == group && r == resource),
+            "--controllers=copy grants {group}/{resource}"
+        );
+        assert!(
+            all.iter().any(|(g, r, _)| g == group && r == resource),
+            "the default grants {group}/{resource}"
+        );
+    }
+    let names: Vec<(String, String)> = copy_docs.iter().map(kind_name).collect();
+    for (kind, name) in &names {
+        assert!(
+            kind == "CustomResourceDefinition"
+                || !["reload", "flux-trigger", "sync"]
+                    .iter()
+                    .any(|c| name.contains(c)),
+            "--controllers=copy has {kind} {name}"
+        );
+    }
+    let deployment = copy_docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    assert_eq!(deployment["metadata"]["namespace"], "ops");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], "example/c:1");
+    assert_eq!(container["args"][1], "--controllers=copy");
+    for binding in copy_docs
+        .iter()
+        .filter(|d| d["kind"] == "ClusterRoleBinding" || d["kind"] == "RoleBinding")
+    {
+        assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    }
+
+    // Nothing anywhere grants a wildcard, escalation, impersonation or reads of pods.
+    for (group, resource, verb) in &all {
+        assert!(group != "*" && resource != "*" && verb != "*");
+        assert!(!["escalate", "bind", "impersonate", "deletecollection"].contains(&verb.as_str()));
+        assert!(resource != "pods" && resource != "nodes");
+    }
+}
+
+#[test]
+fn extra_args_are_appended_to_conflux_run() {
+    let docs = export(&["--arg=--reload-debounce=5s", "--arg", "--log-level=debug"]);
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(args[5], "--reload-debounce=5s");
+    assert_eq!(args[6], "--log-level=debug");
+}
+
+#[test]
+fn install_without_export_is_a_usage_error() {
+    let output = conflux_install(&[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("only --export is supported"), "{stderr}");
+    assert!(
+        stderr.contains("conflux install --export | kubectl apply -f -"),
+        "{stderr}"
+    );
+}
