@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 pub mod config_sync;
 pub mod consent;
 pub mod copy_from;

@@ -29,8 +29,10 @@ pub enum Command {
     /// Run Flux's post-build substitution on a multi-document stream of built manifests, with
     /// variables from flags, ConfigMap/Secret files or a Flux Kustomization.
     Build(crate::build_cmd::BuildArgs),
-    /// Show, offline and on a directory of manifests, what conflux would copy, trigger and roll.
-    Plan,
+    /// Show, offline and on directories of manifests or a cluster dump, what conflux would copy,
+    /// which Flux objects reconcile and which workloads roll on a config change, and what Flux's
+    /// substitution would break.
+    Plan(crate::plan_cmd::PlanArgs),
     /// Print the CustomResourceDefinitions conflux serves (ConfigSync) as YAML.
     Crd,
     /// Print every manifest conflux needs (Namespace, CRDs, least-privilege RBAC, Deployment)
@@ -44,7 +46,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run_controllers(args),
         Command::Envsubst { strict } => crate::envsubst_cmd::run(strict),
         Command::Build(args) => crate::build_cmd::run(&args),
-        Command::Plan => not_implemented("plan"),
+        Command::Plan(args) => crate::plan_cmd::run(&args),
         Command::Crd => crate::crd_cmd::run(),
         Command::Install(args) => crate::install_cmd::run(&args),
     }
@@ -58,9 +60,4 @@ fn run_controllers(args: operator_bin::run::RunArgs) -> anyhow::Result<ExitCode>
         .build()?;
     runtime.block_on(operator_bin::run::run(args))?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn not_implemented(name: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("conflux {name}: not implemented yet");
-    Ok(ExitCode::from(2))
 }

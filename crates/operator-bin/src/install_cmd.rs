@@ -58,7 +58,7 @@ pub struct InstallArgs {
     #[arg(long, default_value = "conflux-system")]
     pub namespace: String,
 
-    /// Container image (default: ghcr.io/conflux-dev/conflux:v<this version>).
+    /// Container image (default: `ghcr.io/conflux-dev/conflux:v` followed by this version).
     #[arg(long)]
     pub image: Option<String>,
 

@@ -6,6 +6,7 @@ mod cli;
 mod crd_cmd;
 mod envsubst_cmd;
 mod install_cmd;
+mod plan_cmd;
 
 use std::process::ExitCode;
 

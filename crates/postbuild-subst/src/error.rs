@@ -60,4 +60,24 @@ pub enum Error {
         /// The decoding error.
         reason: String,
     },
+    /// A ResourceSet template action beyond the simple `<< inputs.field >>` substitution that the
+    /// offline expansion supports (see [`resource_set`](crate::resource_set)).
+    #[error(
+        "unsupported template action '<<{action}>>': only << inputs.field >> (optionally | quote) is expanded offline"
+    )]
+    UnsupportedTemplate {
+        /// The action between `<<` and `>>`, as written.
+        action: String,
+    },
+    /// A ResourceSet template reads an input field the input does not have (the ResourceSet
+    /// controller renders with `missingkey=error`).
+    #[error(
+        "failed to execute template: executing \"resourceset\" at <{action}>: map has no entry for key \"{key}\""
+    )]
+    MissingInput {
+        /// The field path, e.g. `inputs.app.version`.
+        action: String,
+        /// The missing key.
+        key: String,
+    },
 }

@@ -7,9 +7,11 @@
 
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 pub mod envsubst;
 mod error;
 pub mod resource;
+pub mod resource_set;
 pub mod vars;
 pub mod yaml;
 

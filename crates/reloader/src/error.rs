@@ -18,7 +18,7 @@ pub enum Error {
         reason: String,
     },
     /// A duration flag or setting is not a Go-style duration (`0`, `300ms`, `2s`, `1m30s`).
-    #[error("invalid duration {input:?}: expected e.g. 0, 300ms, 2s, 1m30s")]
+    #[error("invalid duration '{input}': expected e.g. 0, 300ms, 2s, 1m30s")]
     InvalidDuration {
         /// The value as given.
         input: String,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 //!
 //! # Modules
+//! - [`audit`]: offline, over a set of objects: which workloads roll for which config, and why.
 //! - [`consumers`]: which ConfigMaps/Secrets a pod template consumes, and which keys it reads.
 //! - [`workload`]: Deployment, StatefulSet, DaemonSet and CronJob as one [`Workload`].
 //! - [`opt_in`]: the Reloader and wave annotations, and the configs a workload watches.
@@ -12,6 +13,7 @@
 //!
 //! The crate does no I/O: no client, no clock, no tasks (docs/design.md section 1 and 5).
 
+pub mod audit;
 pub mod consumers;
 mod error;
 pub mod hash;

@@ -2,6 +2,7 @@
 //! referrers (docs/design.md section 3). Pure: no I/O, no `kube::Client`.
 #![doc = include_str!("../README.md")]
 
+pub mod audit;
 mod error;
 pub mod index;
 pub mod refs;

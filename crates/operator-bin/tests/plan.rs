@@ -1,0 +1,274 @@
+//! `conflux plan` as a user runs it, on `examples/fleet` and on small inputs: the planted mistakes
+//! by reason code, the output formats, stdin, `--fail-on`, and the exit statuses.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn fleet() -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/fleet");
+    dir.to_string_lossy().into_owned()
+}
+
+fn conflux(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conflux"))
+        .arg("plan")
+        .args(args)
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("conflux starts");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    input.write_all(stdin.as_bytes()).expect("stdin written");
+    drop(input);
+    child.wait_with_output().expect("conflux finishes")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out.stdout)))
+}
+
+/// (code, object) of every finding.
+fn findings(report: &Value) -> Vec<(String, String)> {
+    report["findings"]
+        .as_array()
+        .expect("findings is an array")
+        .iter()
+        .map(|f| {
+            let field = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+            (field("code"), field("object"))
+        })
+        .collect()
+}
+
+fn has(report: &Value, code: &str, object: &str) -> bool {
+    findings(report)
+        .iter()
+        .any(|(c, o)| c == code && o == object)
+}
+
+#[test]
+fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
+    let out = conflux(&[&fleet(), "--output", "json"], "");
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", text(&out.stderr));
+    let report = json(&out);
+    for (code, object) in [
+        ("WatchLabelMissing", "ConfigMap/team-b/runtime-info"),
+        ("CopyRefused", "ConfigMap/partner-x/monitoring-endpoints"),
+        ("UndefinedVariable", "Kustomization/team-b/apps"),
+        ("CoercedValue", "Kustomization/team-a/apps"),
+        ("CopySourceMissing", "ConfigMap/team-a/trusted-ca"),
+    ] {
+        assert!(
+            has(&report, code, object),
+            "{code} on {object} missing from {:?}",
+            findings(&report)
+        );
+    }
+    // Nothing else: the rest of the fleet is meant to be right.
+    assert_eq!(findings(&report).len(), 5, "{:?}", findings(&report));
+    let undefined = &report["findings"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["code"] == "UndefinedVariable"))
+        .expect("an UndefinedVariable finding")["message"];
+    assert!(
+        undefined
+            .as_str()
+            .unwrap_or_default()
+            .contains("${CLUSTER_ENV}")
+    );
+}
+
+#[test]
+fn json_has_the_documented_shape() {
+    let report = json(&conflux(&[&fleet(), "-o", "json"], ""));
+    assert_eq!(report["schemaVersion"], 1);
+    assert_eq!(
+        report["inputs"]["generated"], 6,
+        "3 inputs x 2 ResourceSet resources"
+    );
+    assert!(report["inputs"]["documents"].as_u64().unwrap_or_default() > 30);
+    let fields = |key: &str, want: &[&str]| {
+        let items = report[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} is an array"));
+        assert!(!items.is_empty(), "{key} is empty");
+        for item in items {
+            for field in want {
+                assert!(
+                    item.get(field).is_some(),
+                    "{key} item lacks {field}: {item}"
+                );
+            }
+        }
+    };
+    fields("copies", &["source", "target", "via", "verdict", "detail"]);
+    fields(
+        "watchEdges",
+        &[
+            "source",
+            "referrer",
+            "referrerApiGroup",
+            "path",
+            "optional",
+            "sourceFound",
+            "watched",
+            "when",
+            "interval",
+        ],
+    );
+    fields(
+        "reloadEdges",
+        &[
+            "config",
+            "workload",
+            "annotation",
+            "why",
+            "keys",
+            "optional",
+            "configFound",
+        ],
+    );
+    fields(
+        "findings",
+        &["severity", "code", "domain", "object", "message"],
+    );
+    assert_eq!(report["summary"]["errors"], 3);
+    assert_eq!(report["summary"]["warnings"], 2);
+    assert_eq!(report["summary"]["failOn"], "error");
+    assert_eq!(report["summary"]["failed"], true);
+
+    // The ConfigSync fans the pull secret out to the three tenant namespaces.
+    let copies = report["copies"].as_array().expect("copies");
+    let synced = copies
+        .iter()
+        .filter(|c| c["via"] == "ConfigSync/ghcr-auth" && c["verdict"] == "allowed")
+        .count();
+    assert_eq!(synced, 3);
+    // team-a's labelled copy reconciles at once, team-b's at its interval.
+    let edge = |source: &str| {
+        report["watchEdges"]
+            .as_array()
+            .and_then(|e| e.iter().find(|e| e["source"] == source).cloned())
+            .unwrap_or_else(|| panic!("no watch edge from {source}"))
+    };
+    assert_eq!(edge("ConfigMap/team-a/runtime-info")["watched"], true);
+    let team_b = edge("ConfigMap/team-b/runtime-info");
+    assert_eq!(team_b["when"], "at interval");
+    assert_eq!(team_b["interval"], "30m");
+}
+
+#[test]
+fn text_and_dot_outputs() {
+    let out = conflux(&[&fleet()], "");
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    for section in ["Copies (", "Watch edges (", "Reload edges (", "Findings ("] {
+        assert!(stdout.contains(section), "{section} missing:\n{stdout}");
+    }
+    assert!(
+        !stdout.contains('\x1b'),
+        "no colour when stdout is not a terminal"
+    );
+    assert!(stdout.contains("3 errors, 2 warnings, 0 info"), "{stdout}");
+
+    let out = conflux(&[&fleet(), "--output", "dot"], "");
+    assert_eq!(out.status.code(), Some(1));
+    let dot = text(&out.stdout);
+    assert!(dot.starts_with("digraph"), "{dot}");
+    assert!(dot.trim_end().ends_with('}'));
+    assert!(
+        dot.contains(r#""ConfigMap/flux-system/runtime-info" -> "ConfigMap/team-a/runtime-info""#)
+    );
+}
+
+const WARNING_ONLY: &str = r#"
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: vars, namespace: apps}
+    data: {REGION: eu-1}
+  - apiVersion: helm.toolkit.fluxcd.io/v2
+    kind: HelmRelease
+    metadata: {name: web, namespace: apps}
+    spec:
+      interval: 15m
+      valuesFrom: [{kind: ConfigMap, name: vars}]
+"#;
+
+#[test]
+fn stdin_and_fail_on() {
+    // Only a warning (the source is not labelled): clean for the default --fail-on error.
+    let out = conflux(&["-", "-o", "json"], WARNING_ONLY);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let report = json(&out);
+    assert_eq!(
+        findings(&report),
+        [(
+            "WatchLabelMissing".to_owned(),
+            "ConfigMap/apps/vars".to_owned()
+        )]
+    );
+    assert_eq!(report["watchEdges"][0]["interval"], "15m");
+    assert_eq!(report["summary"]["failed"], false);
+
+    let out = conflux(&["-", "--fail-on", "warning"], WARNING_ONLY);
+    assert_eq!(out.status.code(), Some(1));
+    // The empty selector watches everything: no finding at all.
+    let out = conflux(&["-", "--watch-configs-label-selector", ""], WARNING_ONLY);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("0 errors, 0 warnings, 0 info"));
+}
+
+#[test]
+fn a_clean_input_exits_0() {
+    let clean = WARNING_ONLY.replace(
+        "metadata: {name: vars, namespace: apps}",
+        "metadata: {name: vars, namespace: apps, labels: {reconcile.fluxcd.io/watch: Enabled}}",
+    );
+    let out = conflux(&["-", "--fail-on", "warning"], &clean);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let out = conflux(&["-", "-o", "json"], &clean);
+    let report = json(&out);
+    assert_eq!(report["findings"], serde_json::json!([]));
+    assert_eq!(report["watchEdges"][0]["when"], "at once");
+}
+
+#[test]
+fn usage_errors_exit_2_and_bad_input_exits_1() {
+    let out = conflux(&["--bogus", "x"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let out = conflux(&[], "");
+    assert_eq!(out.status.code(), Some(2));
+    let out = conflux(&["-", "--fail-on", "sometimes"], "");
+    assert_eq!(out.status.code(), Some(2));
+    let out = conflux(&["-", "--watch-configs-label-selector", "a in ("], "");
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = conflux(&["/nonexistent/conflux-plan-input", "-o", "json"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(has(
+        &json(&out),
+        "InvalidInput",
+        "/nonexistent/conflux-plan-input"
+    ));
+    assert!(text(&out.stderr).contains("/nonexistent/conflux-plan-input"));
+    let out = conflux(&["-"], "a: [\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("invalid YAML"),
+        "{}",
+        text(&out.stderr)
+    );
+}
