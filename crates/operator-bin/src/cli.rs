@@ -18,7 +18,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against a Kubernetes cluster (copy, sync, reload, flux-trigger).
-    Run(operator_bin::run::RunArgs),
+    Run(Box<operator_bin::run::RunArgs>),
     /// Substitute `${VAR}` expressions in stdin with variables from the environment, like
     /// `flux envsubst`; the result goes to stdout.
     Envsubst {
@@ -43,7 +43,7 @@ pub enum Command {
 /// Runs the chosen subcommand and returns the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Run(args) => run_controllers(args),
+        Command::Run(args) => run_controllers(*args),
         Command::Envsubst { strict } => crate::envsubst_cmd::run(strict),
         Command::Build(args) => crate::build_cmd::run(&args),
         Command::Plan(args) => crate::plan_cmd::run(&args),

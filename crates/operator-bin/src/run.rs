@@ -116,6 +116,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4)]
     pub concurrent: usize,
 
+    /// Copies one ConfigSync (or kopy source) writes in parallel when it fans out.
+    #[arg(long, default_value_t = 16)]
+    pub fan_out_concurrency: usize,
+
     /// Namespaces whose ConfigMaps/Secrets may fan out with the kopy annotations
     /// (`kopy.kot-labs.com/sync`, `flynshue.io/sync`), comma-separated; elsewhere the annotation is
     /// refused with an Event.
@@ -255,6 +259,9 @@ impl RunArgs {
         if self.concurrent == 0 {
             bail!("--concurrent must be at least 1");
         }
+        if self.fan_out_concurrency == 0 {
+            bail!("--fan-out-concurrency must be at least 1");
+        }
         if !(self.reload_rate.is_finite() && self.reload_rate > 0.0) {
             bail!("--reload-rate must be a positive number of rollouts per second");
         }
@@ -306,6 +313,7 @@ impl RunArgs {
                 object_selector: object_selector.clone(),
                 sync_source_namespaces,
                 concurrent: self.concurrent,
+                fan_out_concurrency: self.fan_out_concurrency,
                 namespace: namespace.clone(),
             },
             reload: ReloadConfig {

@@ -136,6 +136,7 @@ impl Operator {
                 object_selector: selector,
                 sync_source_namespaces: trusted.iter().map(|s| (*s).to_owned()).collect(),
                 concurrent,
+                fan_out_concurrency: concurrent,
                 namespace: namespace.map(str::to_owned),
             },
             metrics,

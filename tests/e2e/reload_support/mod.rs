@@ -1,5 +1,6 @@
-//! What the reload end-to-end tests and the latency benchmark share: the controller in-process,
-//! scoped to one namespace, and small writers and readers of Deployments, ReplicaSets and configs.
+//! What the reload end-to-end tests share: the controller in-process, scoped to one namespace, and
+//! small writers and readers of Deployments, ReplicaSets and configs. (The latency benchmark has
+//! its own copy in `benches/src`.)
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]

@@ -63,8 +63,12 @@ pub struct SyncConfig {
     pub object_selector: Selector,
     /// `--sync-source-namespaces`: namespaces whose kopy-annotated sources are trusted.
     pub sync_source_namespaces: Vec<String>,
-    /// `--concurrent`: ConfigSyncs reconciled, and copies written per ConfigSync, in parallel.
+    /// `--concurrent`: ConfigSyncs (and kopy sources) reconciled in parallel.
     pub concurrent: usize,
+    /// `--fan-out-concurrency`: copies one fan-out writes in parallel. The API server serves a
+    /// fan-out fastest with 16–32 writes in flight; one at a time per reconcile would make a
+    /// 1,000-namespace fan-out several times slower.
+    pub fan_out_concurrency: usize,
     /// Only kopy sources in this namespace (`--watch-all-namespaces=false`), or in all when `None`.
     /// ConfigSyncs are cluster-scoped and always handled.
     pub namespace: Option<String>,
@@ -433,7 +437,7 @@ async fn execute(
             let result = execute_step(ctx, kind, reference, &step).await;
             (step, result)
         })
-        .buffer_unordered(ctx.config.concurrent.max(1))
+        .buffer_unordered(ctx.config.fan_out_concurrency.max(1))
         .collect()
         .await;
     let mut written: BTreeMap<&'static str, usize> = BTreeMap::new();
