@@ -1,7 +1,6 @@
 //! Properties of the `envsubst` evaluator that must hold for every input.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
 
 use postbuild_subst::envsubst::{Mode, eval, eval_bytes};
 use proptest::prelude::*;
@@ -75,16 +74,11 @@ proptest! {
 }
 
 #[test]
-fn dollar_escapes_are_linear() {
-    // 640 KB with 64k `$$` escapes: upstream takes ~29 s; allow a generous margin for debug builds.
+fn dollar_escapes_are_handled_in_one_pass() {
+    // 640 KB with 64k `$$` escapes (upstream takes ~29 s on it). Its speed is measured by the
+    // criterion benchmark `envsubst/dollar_escapes_640KB_64k`, never asserted here.
     let text = "abc$$def\n".repeat(64 * 1024 + 8 * 1024);
-    let start = Instant::now();
     let out = eval(&text, &vars(), Mode::Strict).unwrap();
-    assert!(
-        start.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        start.elapsed()
-    );
     assert_eq!(out.len(), text.len() - text.len() / 9);
 }
 

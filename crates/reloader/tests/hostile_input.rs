@@ -1,0 +1,363 @@
+//! Hostile input (issue 11): Reloader and wave annotations (any annotation map, `reload` lists
+//! full of regex syntax) and whole workloads through the reload audit never panic, and the
+//! decisions stay consistent.
+//!
+//! Every property runs a fixed number of cases from a fixed seed and prints
+//! `property <name>: <cases> cases, seed <n>` past libtest's capture, so CI logs show what ran
+//! and a failure repeats. `CONFLUX_PROPTEST_SEED=<u64>` replaces every seed and
+//! `CONFLUX_PROPTEST_SCALE=<n>` multiplies every case count, to explore further locally.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use reloader::consumers::{Consumption, Keys};
+use reloader::opt_in::{
+    AUTO, CONFIGMAP_AUTO, CONFIGMAP_RELOAD, CONFIGMAPS_EXCLUDE, IGNORE, MATCH, NamePattern,
+    NamespaceConfigs, OptIn, Options, SEARCH, SECRET_AUTO, SECRET_RELOAD, SECRETS_EXCLUDE,
+    WAVE_UPDATE_ON_CONFIG_CHANGE, watched_configs,
+};
+use serde_json::json;
+use watch_index::refs::ConfigKind;
+
+/// Seeded property runs with a summary line past the test capture.
+mod seeded {
+    use std::fmt::Debug;
+    use std::io::Write as _;
+
+    use proptest::strategy::Strategy;
+    use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+
+    fn env_number(name: &str) -> Option<u64> {
+        std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    }
+
+    /// Runs `test` on `cases` inputs drawn from `strategy` with the RNG seeded by `seed`, after
+    /// printing `property <name>: <cases> cases, seed <seed>` straight to stderr (past libtest's
+    /// capture, like the conformance summaries). Panics with the seed and the shrunk input on
+    /// the first failing case; a panic inside `test` is a failing case.
+    pub fn check<S>(
+        name: &str,
+        cases: u32,
+        seed: u64,
+        strategy: S,
+        test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+    ) where
+        S: Strategy,
+        S::Value: Debug,
+    {
+        let seed = env_number("CONFLUX_PROPTEST_SEED").unwrap_or(seed);
+        let scale = env_number("CONFLUX_PROPTEST_SCALE").unwrap_or(1).max(1);
+        let cases = u32::try_from(u64::from(cases).saturating_mul(scale)).unwrap_or(u32::MAX);
+        let mut config = Config::with_cases(cases);
+        config.rng_seed = RngSeed::Fixed(seed);
+        config.failure_persistence = None;
+        config.max_shrink_iters = 20_000;
+        let _ = writeln!(
+            std::io::stderr(),
+            "property {name}: {cases} cases, seed {seed}"
+        );
+        match TestRunner::new(config).run(&strategy, test) {
+            Ok(()) => {}
+            Err(TestError::Fail(why, input)) => {
+                panic!("property {name} failed (seed {seed}): {why}\nminimal input: {input:?}")
+            }
+            Err(TestError::Abort(why)) => panic!("property {name} aborted (seed {seed}): {why}"),
+        }
+    }
+}
+
+use seeded::check;
+
+/// Any text: every Unicode scalar value, NUL and unassigned code points included.
+fn any_text(max_chars: usize) -> impl Strategy<Value = String> {
+    prop::collection::vec(any::<char>(), 0..max_chars).prop_map(String::from_iter)
+}
+
+const KEYS: &[&str] = &[
+    AUTO,
+    CONFIGMAP_AUTO,
+    SECRET_AUTO,
+    CONFIGMAP_RELOAD,
+    SECRET_RELOAD,
+    CONFIGMAPS_EXCLUDE,
+    SECRETS_EXCLUDE,
+    SEARCH,
+    MATCH,
+    IGNORE,
+    WAVE_UPDATE_ON_CONFIG_CHANGE,
+    "other",
+];
+
+/// Annotation values: the words that mean something, comma lists, and regex syntax valid and
+/// not (unbalanced groups, huge repetitions, backreferences RE2 rejects, escapes).
+fn annotation_value() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(
+        &[
+            "true",
+            "false",
+            "TRUE",
+            "",
+            "a",
+            "b",
+            "app-config",
+            "cfg",
+            ",",
+            ", ",
+            " ",
+            "\t",
+            "\n",
+            ".*",
+            ".",
+            "*",
+            "+",
+            "?",
+            "(",
+            ")",
+            "[",
+            "]",
+            "[a-z]",
+            "{",
+            "}",
+            "{2}",
+            "{1000}{1000}",
+            "(a|b)",
+            "|",
+            "^",
+            "$",
+            "\\",
+            "\\d",
+            "\\1",
+            "(?i)",
+            "(?P<n>x)",
+            "é",
+            "\0",
+            "x{99999}",
+            "[[:alpha:]]",
+            "(?",
+            "\\p{Greek}",
+        ][..],
+    );
+    prop_oneof![
+        5 => prop::collection::vec(piece, 0..8).prop_map(|p| p.concat()),
+        1 => any_text(12),
+    ]
+}
+
+fn annotation_map() -> impl Strategy<Value = Option<BTreeMap<String, String>>> {
+    let key = prop_oneof![
+        6 => prop::sample::select(KEYS).prop_map(str::to_owned),
+        1 => any_text(8),
+    ];
+    prop::option::of(prop::collection::btree_map(key, annotation_value(), 0..6))
+}
+
+fn config_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        3 => prop::sample::select(&["a", "b", "cfg", "app-config", "", ".*", "é"][..])
+            .prop_map(str::to_owned),
+        1 => any_text(8),
+    ]
+}
+
+/// The configs of the workload's namespace, as the controller's cache would know them.
+#[derive(Debug, Clone, Default)]
+struct Configs(BTreeMap<(u8, String), Option<BTreeMap<String, String>>>);
+
+fn kind_of(index: u8) -> ConfigKind {
+    if index == 0 {
+        ConfigKind::ConfigMap
+    } else {
+        ConfigKind::Secret
+    }
+}
+
+impl NamespaceConfigs for Configs {
+    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        let index = u8::from(kind == ConfigKind::Secret);
+        self.0.get(&(index, name.to_owned()))?.as_ref()
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        self.0
+            .keys()
+            .map(|(kind, name)| (kind_of(*kind), name.as_str()))
+            .collect()
+    }
+}
+
+fn configs() -> impl Strategy<Value = Configs> {
+    prop::collection::btree_map((0..2u8, config_name()), annotation_map(), 0..5).prop_map(Configs)
+}
+
+fn consumers() -> impl Strategy<Value = Vec<Consumption>> {
+    prop::collection::vec((0..2u8, config_name(), any::<bool>()), 0..4).prop_map(|items| {
+        let mut out: Vec<Consumption> = items
+            .into_iter()
+            .map(|(kind, name, optional)| Consumption {
+                kind: kind_of(kind),
+                name,
+                keys: Keys::All,
+                optional,
+            })
+            .collect();
+        out.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        out.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
+        out
+    })
+}
+
+#[test]
+fn reloader_annotations_hostile() {
+    check(
+        "reloader_annotations_hostile",
+        60_000,
+        0x5e10_ade5_0001,
+        (
+            annotation_map(),
+            annotation_map(),
+            configs(),
+            consumers(),
+            any::<bool>(),
+        ),
+        |(workload, template, configs, consumers, auto_reload_all)| {
+            let options = Options { auto_reload_all };
+            let opt_in = OptIn::parse(workload.as_ref(), template.as_ref());
+            for problem in opt_in.problems() {
+                prop_assert!(!problem.to_string().is_empty());
+            }
+            let enabled = opt_in.is_enabled(options);
+            let _ = opt_in.has_regex_patterns();
+            for kind in [ConfigKind::ConfigMap, ConfigKind::Secret] {
+                for pattern in opt_in.named_patterns(kind) {
+                    if let Some(literal) = pattern.as_literal() {
+                        prop_assert!(pattern.matches(literal));
+                    }
+                    let _ = matches!(pattern, NamePattern::Regex(_));
+                }
+            }
+            let watched = watched_configs(&consumers, &opt_in, options, &configs);
+            // Nothing rolls a workload that is not enabled; every watched config is decided by
+            // `watches` with the config's own annotations.
+            if !enabled {
+                prop_assert!(watched.is_empty(), "disabled but watches {:?}", watched);
+            }
+            for config in &watched {
+                let consumed = consumers
+                    .iter()
+                    .any(|c| c.kind == config.kind && c.name == config.name);
+                let annotations = configs.annotations(config.kind, &config.name);
+                prop_assert!(
+                    opt_in
+                        .watches(config.kind, &config.name, annotations, consumed, options)
+                        .is_some(),
+                    "{:?} is watched without a reason",
+                    config
+                );
+            }
+            prop_assert!(
+                watched
+                    .windows(2)
+                    .all(|w| (w[0].kind, &w[0].name) < (w[1].kind, &w[1].name)),
+                "not sorted and unique"
+            );
+            Ok(())
+        },
+    );
+}
+
+/// Workloads of every kind with hostile annotations and pod specs of the right shape or not.
+fn workload_objects() -> impl Strategy<Value = Vec<serde_json::Value>> {
+    let kind = prop::sample::select(
+        &[
+            ("apps/v1", "Deployment"),
+            ("apps/v1", "StatefulSet"),
+            ("apps/v1", "DaemonSet"),
+            ("batch/v1", "CronJob"),
+            ("v1", "ConfigMap"),
+            ("v1", "Secret"),
+        ][..],
+    );
+    let name = config_name();
+    let volume_name = prop_oneof![
+        config_name().prop_map(serde_json::Value::String),
+        Just(serde_json::Value::Null),
+        any::<i64>().prop_map(serde_json::Value::from),
+    ];
+    let object = (kind, name, annotation_map(), annotation_map(), volume_name).prop_map(
+        |((api_version, kind), name, annotations, template_annotations, volume)| {
+            let pod = json!({
+                "metadata": {"annotations": template_annotations},
+                "spec": {
+                    "containers": [{"name": "c", "envFrom": [{"configMapRef": {"name": volume}}]}],
+                    "volumes": [{"name": "v", "secret": {"secretName": volume}}],
+                },
+            });
+            let spec = if kind == "CronJob" {
+                json!({"schedule": "* * * * *", "jobTemplate": {"spec": {"template": pod}}})
+            } else {
+                json!({"selector": {}, "template": pod})
+            };
+            let mut object = json!({
+                "apiVersion": api_version,
+                "kind": kind,
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+            });
+            if matches!(kind, "ConfigMap" | "Secret") {
+                object["data"] = json!({"k": "djE="});
+            } else {
+                object["spec"] = spec;
+            }
+            object
+        },
+    );
+    prop::collection::vec(object, 0..6)
+}
+
+#[test]
+fn reload_audit_hostile() {
+    check(
+        "reload_audit_hostile",
+        30_000,
+        0x5e10_ade5_0002,
+        (workload_objects(), any::<bool>()),
+        |(objects, auto_reload_all)| {
+            let report = reloader::audit::audit(&objects, Options { auto_reload_all });
+            for edge in &report.edges {
+                let _ = edge.why();
+                let _ = edge.annotation();
+            }
+            for finding in &report.findings {
+                prop_assert!(!finding.message.contains("djE="), "data in {:?}", finding);
+            }
+            Ok(())
+        },
+    );
+}
+
+/// A `reload` list with a hundred thousand entries, and entries that are huge regexes: parsed
+/// (compiled or refused by the regex size limit), never a crash.
+#[test]
+fn reload_lists_huge_inputs() {
+    let many = (0..100_000)
+        .map(|i| format!("cfg-{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let huge = [
+        "a{1000}{1000}{1000}",
+        &"(".repeat(100_000),
+        &"(a)".repeat(50_000),
+    ]
+    .join(",");
+    for value in [many, huge] {
+        let annotations = BTreeMap::from([(CONFIGMAP_RELOAD.to_owned(), value)]);
+        let opt_in = OptIn::parse(Some(&annotations), None);
+        let _ = opt_in.watches(
+            ConfigKind::ConfigMap,
+            "cfg-99999",
+            None,
+            false,
+            Options::default(),
+        );
+        let _ = opt_in.problems();
+    }
+}
