@@ -751,7 +751,7 @@ mod tests {
     fn resources_follow_kustomization_files() {
         let doc = |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
         let kfile = json!({"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-                           "resources": ["a.yaml", "../shared", "https://example.com/x.yaml"]});
+                           "resources": ["a.yaml", "../base", "https://example.com/x.yaml"]});
         let (a, b, shared, other, deep) =
             (doc("a"), doc("b"), doc("shared"), doc("other"), doc("deep"));
         let documents = [
@@ -769,11 +769,11 @@ mod tests {
             },
             Document {
                 object: &shared,
-                file: Some("apps/shared/s.yaml"),
+                file: Some("apps/base/s.yaml"),
             },
             Document {
                 object: &deep,
-                file: Some("apps/shared/more/d.yaml"),
+                file: Some("apps/base/more/d.yaml"),
             },
             Document {
                 object: &other,
@@ -792,12 +792,12 @@ mod tests {
         };
         assert_eq!(names("./apps/prod"), ["a", "shared", "deep"]);
         assert_eq!(names("apps/prod/"), ["a", "shared", "deep"]);
-        assert_eq!(names("./apps/shared"), ["shared", "deep"]);
+        assert_eq!(names("./apps/base"), ["shared", "deep"]);
         assert_eq!(names("./"), ["a", "b", "shared", "deep", "other"]);
         assert!(names("./nowhere").is_empty());
         let ks = json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
             "metadata": {"name": "x", "namespace": "flux-system"},
-            "spec": {"path": "./apps/shared", "targetNamespace": "team"}});
+            "spec": {"path": "./apps/base", "targetNamespace": "team"}});
         let wide = json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
             "metadata": {"name": "y", "namespace": "flux-system"},
             "spec": {"path": "./apps", "targetNamespace": "wide"}});
@@ -813,7 +813,7 @@ mod tests {
         });
         with_ks.push(Document {
             object: &ns,
-            file: Some("apps/shared/ns.yaml"),
+            file: Some("apps/base/ns.yaml"),
         });
         assert_eq!(
             target_namespaces(&with_ks),
