@@ -20,12 +20,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use conflux_benches::{env_usize, memory_kib, percentile, run_by_cargo_bench};
+use conflux_tests::objects;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
@@ -228,78 +228,12 @@ async fn apply_all(client: &Client, objects: Vec<Value>) {
 }
 
 async fn apply(client: &Client, object: &Value) {
-    let api_version = object["apiVersion"].as_str().expect("apiVersion");
-    let kind = object["kind"].as_str().expect("kind");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let plural = match kind {
-        "Namespace" => "namespaces",
-        "ConfigMap" => "configmaps",
-        "Secret" => "secrets",
-        "Deployment" => "deployments",
-        "ConfigSync" => "configsyncs",
-        "Kustomization" => "kustomizations",
-        other => panic!("no plural for {other}"),
-    };
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let name = object["metadata"]["name"].as_str().expect("name");
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    let params = PatchParams::apply(MANAGER).force();
-    for attempt in 0..20 {
-        match api.patch(name, &params, &Patch::Apply(object)).await {
-            Ok(_) => return,
-            Err(err) if attempt < 19 => {
-                eprintln!("apply {kind} {name}: {err}; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(err) => panic!("apply {kind} {name}: {err}"),
-        }
-    }
+    objects::apply(client, MANAGER, object).await;
 }
 
 async fn install_crds(client: &Client) {
-    let path = conflux_tests::repo_root().join("deploy/crds/configsync.yaml");
-    let text = std::fs::read_to_string(&path).expect("read the ConfigSync CRD");
-    let config_sync: CustomResourceDefinition = serde_saphyr::from_str(&text).expect("a CRD");
-    let kustomization: CustomResourceDefinition = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "kustomizations.kustomize.toolkit.fluxcd.io"},
-        "spec": {"group": "kustomize.toolkit.fluxcd.io",
-                 "names": {"kind": "Kustomization", "plural": "kustomizations",
-                           "singular": "kustomization", "listKind": "KustomizationList"},
-                 "scope": "Namespaced",
-                 "versions": [{"name": "v1", "served": true, "storage": true,
-                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                               "subresources": {"status": {}}}]},
-    }))
-    .expect("a CRD");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in [config_sync, kustomization] {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        crds.patch(
-            &name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .expect("apply CRD");
-        conflux_tests::eventually(&format!("{name} served"), Duration::from_secs(60), || {
-            let crds = crds.clone();
-            let name = name.clone();
-            async move {
-                let crd = crds.get(&name).await.ok()?;
-                let ok = crd
-                    .status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                ok.then_some(())
-            }
-        })
-        .await;
+    for crd in [objects::config_sync_crd(), objects::kustomization_crd()] {
+        objects::install_crd(client, MANAGER, &crd).await;
     }
     // Established is not yet listable everywhere; give the API a moment.
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -11,7 +11,6 @@ use copy_core::runtime::CopyMetrics;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -27,20 +26,8 @@ pub const BENCH_MANAGER: &str = "conflux-bench";
 
 /// Installs the committed ConfigSync CRD and waits until ConfigSyncs can be listed.
 pub async fn install_crd(client: &Client) -> anyhow::Result<()> {
-    let path = conflux_tests::repo_root().join("deploy/crds/configsync.yaml");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)
-        .with_context(|| format!("{} is not a CRD", path.display()))?;
-    let name = crd.metadata.name.clone().unwrap_or_default();
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.patch(
-        &name,
-        &PatchParams::apply(BENCH_MANAGER).force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .with_context(|| format!("installing the CRD {name}"))?;
+    let crd = conflux_tests::objects::config_sync_crd();
+    conflux_tests::objects::install_crd(client, BENCH_MANAGER, &crd).await;
     // Established is not enough: wait until the API is discoverable and serves a list.
     wait_for("ConfigSyncs listable", Duration::from_secs(60), || {
         let api: Api<ConfigSync> = Api::all(client.clone());

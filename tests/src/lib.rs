@@ -8,6 +8,7 @@
 //! built them) and isolates itself in a unique namespace from [`Cluster::namespace`].
 
 pub mod fault_proxy;
+pub mod objects;
 pub mod props;
 
 use std::path::{Path, PathBuf};

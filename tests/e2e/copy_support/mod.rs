@@ -8,14 +8,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use conflux_tests::{Cluster, eventually, repo_root};
+use conflux_tests::{Cluster, eventually};
 use copy_core::ConfigSync;
 use copy_core::runtime::CopyMetrics;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -35,37 +34,8 @@ static CRD: OnceCell<()> = OnceCell::const_new();
 /// Installs the committed ConfigSync CRD (once per test binary) and waits until it is served.
 pub async fn install_crd(client: &Client) {
     CRD.get_or_init(|| async {
-        let path = repo_root().join("deploy/crds/configsync.yaml");
-        let text = std::fs::read_to_string(&path).expect("read deploy/crds/configsync.yaml");
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(&text).expect("deploy/crds/configsync.yaml is a CRD");
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        crds.patch(
-            &name,
-            &PatchParams::apply(TEST_MANAGER).force(),
-            &Patch::Apply(&crd),
-        )
-        .await
-        .expect("the committed CRD installs on the test apiserver");
-        eventually(
-            "ConfigSync CRD established",
-            Duration::from_secs(60),
-            || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let established = crd
-                        .status?
-                        .conditions?
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
-                }
-            },
-        )
-        .await;
+        let crd = conflux_tests::objects::config_sync_crd();
+        conflux_tests::objects::install_crd(client, TEST_MANAGER, &crd).await;
         // The CRD is established before its API is discoverable by every client: wait for a list.
         eventually("ConfigSyncs listable", Duration::from_secs(30), || {
             let api: Api<ConfigSync> = Api::all(client.clone());

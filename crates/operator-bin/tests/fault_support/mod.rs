@@ -10,15 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use conflux_tests::eventually;
+use conflux_tests::{eventually, objects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
-};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
@@ -570,81 +567,17 @@ async fn namespace(client: &Client, name: &str, labels: &[(&str, &str)]) {
     .await;
 }
 
-/// Server-side applies `object` (any kind the discovery cache below knows).
+/// Server-side applies `object` as this suite's field manager.
 async fn apply(client: &Client, object: &Value) {
-    let api_version = object["apiVersion"].as_str().expect("apiVersion");
-    let kind = object["kind"].as_str().expect("kind");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let plural = match kind {
-        "Namespace" => "namespaces",
-        "ConfigMap" => "configmaps",
-        "Secret" => "secrets",
-        "Deployment" => "deployments",
-        "Kustomization" => "kustomizations",
-        "ConfigSync" => "configsyncs",
-        other => panic!("no plural for {other}"),
-    };
-    let ar =
-        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
-    let name = object["metadata"]["name"].as_str().expect("name");
-    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
-        None => Api::all_with(client.clone(), &ar),
-    };
-    let params = PatchParams::apply(MANAGER).force();
-    for attempt in 0..50 {
-        match api.patch(name, &params, &Patch::Apply(object)).await {
-            Ok(_) => return,
-            // Right after an API server restart, writes can fail for a moment.
-            Err(err) if attempt < 49 => {
-                eprintln!("apply {kind} {name}: {err}; retrying");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            Err(err) => panic!("apply {kind} {name}: {err}"),
-        }
-    }
+    conflux_tests::objects::apply(client, MANAGER, object).await;
 }
 
 /// The ConfigSync CRD (committed in deploy/) and a minimal Kustomization CRD, once per binary.
 async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| async {
-        let path = conflux_tests::repo_root().join("deploy/crds/configsync.yaml");
-        let text = std::fs::read_to_string(&path).expect("read the ConfigSync CRD");
-        let config_sync: CustomResourceDefinition =
-            serde_saphyr::from_str(&text).expect("a CRD");
-        let kustomization: CustomResourceDefinition = serde_json::from_value(json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "kustomizations.kustomize.toolkit.fluxcd.io"},
-            "spec": {
-                "group": "kustomize.toolkit.fluxcd.io",
-                "names": {"kind": "Kustomization", "plural": "kustomizations",
-                          "singular": "kustomization", "listKind": "KustomizationList"},
-                "scope": "Namespaced",
-                "versions": [{"name": "v1", "served": true, "storage": true,
-                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                              "subresources": {"status": {}}}],
-            },
-        }))
-        .expect("a CRD");
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for crd in [config_sync, kustomization] {
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            crds.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-                .await
-                .expect("apply CRD");
-            eventually(&format!("CRD {name} established"), Duration::from_secs(60), || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let ok = crd.status?.conditions?.iter().any(|c| {
-                        c.type_ == "Established" && c.status == "True"
-                    });
-                    ok.then_some(())
-                }
-            })
-            .await;
+        for crd in [objects::config_sync_crd(), objects::kustomization_crd()] {
+            objects::install_crd(client, MANAGER, &crd).await;
         }
     })
     .await;

@@ -1,0 +1,102 @@
+//! Writing test objects: server-side apply of JSON manifests of the kinds the tests and
+//! benchmarks use, and the CRDs they need (the committed ConfigSync CRD, a minimal Flux
+//! Kustomization CRD), installed once and waited for until established.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::{eventually, repo_root};
+
+/// Server-side applies (forced) `object` as `manager`, retrying for up to 10 s: right after an
+/// API server (re)start, writes can fail for a moment. Panics on a kind it has no plural for.
+pub async fn apply(client: &Client, manager: &str, object: &Value) {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let kind = object["kind"].as_str().expect("kind");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let plural = match kind {
+        "Namespace" => "namespaces",
+        "ConfigMap" => "configmaps",
+        "Secret" => "secrets",
+        "Deployment" => "deployments",
+        "Kustomization" => "kustomizations",
+        "ConfigSync" => "configsyncs",
+        other => panic!("no plural for {other}"),
+    };
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    let name = object["metadata"]["name"].as_str().expect("name");
+    let api: Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+        None => Api::all_with(client.clone(), &ar),
+    };
+    let params = PatchParams::apply(manager).force();
+    for attempt in 0..50 {
+        match api.patch(name, &params, &Patch::Apply(object)).await {
+            Ok(_) => return,
+            Err(err) if attempt < 49 => {
+                eprintln!("apply {kind} {name}: {err}; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("apply {kind} {name}: {err}"),
+        }
+    }
+}
+
+/// The committed ConfigSync CRD (`deploy/crds/configsync.yaml`).
+pub fn config_sync_crd() -> CustomResourceDefinition {
+    let path = repo_root().join("deploy/crds/configsync.yaml");
+    let text = std::fs::read_to_string(&path).expect("read deploy/crds/configsync.yaml");
+    serde_saphyr::from_str(&text).expect("deploy/crds/configsync.yaml is a CRD")
+}
+
+/// A minimal Flux Kustomization CRD (`kustomize.toolkit.fluxcd.io/v1`, any fields).
+pub fn kustomization_crd() -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "kustomizations.kustomize.toolkit.fluxcd.io"},
+        "spec": {
+            "group": "kustomize.toolkit.fluxcd.io",
+            "names": {"kind": "Kustomization", "plural": "kustomizations",
+                      "singular": "kustomization", "listKind": "KustomizationList"},
+            "scope": "Namespaced",
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                          "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                          "subresources": {"status": {}}}],
+        },
+    }))
+    .expect("a CRD")
+}
+
+/// Server-side applies `crd` as `manager` and waits (60 s at most) until it is established.
+pub async fn install_crd(client: &Client, manager: &str, crd: &CustomResourceDefinition) {
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.patch(
+        &name,
+        &PatchParams::apply(manager).force(),
+        &Patch::Apply(crd),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("installing the CRD {name}: {e}"));
+    eventually(
+        &format!("CRD {name} established"),
+        Duration::from_secs(60),
+        || {
+            let (crds, name) = (crds.clone(), name.clone());
+            async move {
+                let crd = crds.get(&name).await.ok()?;
+                let established = crd
+                    .status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                established.then_some(())
+            }
+        },
+    )
+    .await;
+}
