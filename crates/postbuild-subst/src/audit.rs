@@ -58,7 +58,8 @@ use crate::vars::{
 };
 
 /// How serious a finding is. Ordered: `Info < Warning < Error`. The same levels as
-/// `watch_index::audit::Severity`.
+/// `watch_index::audit::Severity`, kept apart on purpose: depending on watch-index would pull
+/// k8s-openapi (and its version feature) into this text-only crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Severity {

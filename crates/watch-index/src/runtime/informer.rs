@@ -418,21 +418,21 @@ where
         let mut status = self.lock_status();
         let now = Instant::now();
         status.last_error = Some(now);
+        status.not_served = not_served(err);
         match &mut status.incident {
             Some((_, count)) => {
                 *count += 1;
                 debug!(resource = %self.resource, error = %err, "watch still failing");
             }
-            None if not_served(err) => {
-                status.incident = Some((now, 1));
-                warn!(resource = %self.resource, reason = "NotServed", error = %err, "the API server does not serve this kind: is its CustomResourceDefinition installed? Not ready until it is; retrying with backoff");
-            }
             None => {
                 status.incident = Some((now, 1));
-                warn!(resource = %self.resource, reason = "WatchFailed", error = %err, "watch failed; retrying with backoff");
+                if status.not_served {
+                    warn!(resource = %self.resource, reason = "NotServed", error = %err, "the API server does not serve this kind: is its CustomResourceDefinition installed? Not ready until it is; retrying with backoff");
+                } else {
+                    warn!(resource = %self.resource, reason = "WatchFailed", error = %err, "watch failed; retrying with backoff");
+                }
             }
         }
-        status.not_served = not_served(err);
     }
 
     fn on_ok(&self) {

@@ -80,16 +80,13 @@ impl std::fmt::Debug for Inner {
 impl Runtime {
     /// A runtime over `client`. Register [`Runtime::metrics`] in the process's registry.
     pub fn new(client: Client) -> Self {
-        Runtime {
-            inner: Arc::new(Inner {
-                client,
-                metrics: Arc::new(WatchMetrics::default()),
-                health: Arc::new(Health::new("conflux")),
-                stall_after: DEFAULT_STALL_AFTER,
-                tasks: Mutex::new(Vec::new()),
-                parent_health: None,
-            }),
-        }
+        Runtime::with_parts(
+            client,
+            Arc::new(WatchMetrics::default()),
+            Arc::new(Health::new("conflux")),
+            DEFAULT_STALL_AFTER,
+            None,
+        )
     }
 
     /// The same runtime with another stall bound (liveness fails after a subscriber left events
@@ -98,16 +95,13 @@ impl Runtime {
     /// Call it before starting watches: watches started through the old handle stop with it.
     pub fn with_stall_after(self, stall_after: Duration) -> Self {
         let inner = &self.inner;
-        Runtime {
-            inner: Arc::new(Inner {
-                client: inner.client.clone(),
-                metrics: inner.metrics.clone(),
-                health: inner.health.clone(),
-                stall_after,
-                tasks: Mutex::new(Vec::new()),
-                parent_health: None,
-            }),
-        }
+        Runtime::with_parts(
+            inner.client.clone(),
+            inner.metrics.clone(),
+            inner.health.clone(),
+            stall_after,
+            None,
+        )
     }
 
     /// A runtime for one leadership term ([`leader::run_elected`]): `client` (the term's, which
@@ -117,16 +111,13 @@ impl Runtime {
     pub fn term(&self, client: Client) -> Runtime {
         let health = Arc::new(Health::new("leader"));
         self.inner.health.attach(health.clone());
-        Runtime {
-            inner: Arc::new(Inner {
-                client,
-                metrics: self.inner.metrics.clone(),
-                health,
-                stall_after: self.inner.stall_after,
-                tasks: Mutex::new(Vec::new()),
-                parent_health: Some(self.inner.health.clone()),
-            }),
-        }
+        Runtime::with_parts(
+            client,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+            Some(self.inner.health.clone()),
+        )
     }
 
     /// Stops the watches started through this runtime and, for a term, removes its health node.
@@ -143,6 +134,25 @@ impl Runtime {
         }
         if let Some(parent) = &self.inner.parent_health {
             parent.detach(&self.inner.health);
+        }
+    }
+
+    fn with_parts(
+        client: Client,
+        metrics: Arc<WatchMetrics>,
+        health: Arc<Health>,
+        stall_after: Duration,
+        parent_health: Option<Arc<Health>>,
+    ) -> Runtime {
+        Runtime {
+            inner: Arc::new(Inner {
+                client,
+                metrics,
+                health,
+                stall_after,
+                tasks: Mutex::new(Vec::new()),
+                parent_health,
+            }),
         }
     }
 
