@@ -307,6 +307,12 @@ impl World {
             }),
         )
         .await;
+        // Rollouts are counted as revisions after the first: the controller-manager must have
+        // made revision 1 before any fault, or a change rolled while it was catching up after
+        // an API server restart would be counted as no rollout at all.
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), &world.src);
+        let first = eventually_revision(&deployments).await;
+        assert_eq!(first, 1, "the Deployment starts at revision 1");
         world
     }
 
