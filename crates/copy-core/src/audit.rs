@@ -42,6 +42,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::Value;
 use watch_index::audit::{Finding, Severity, config_key, configs, metadata_map, name_of};
+use watch_index::redact::RedactedJson;
 use watch_index::refs::{ConfigKey, ConfigKind};
 
 use crate::Error;
@@ -133,8 +134,8 @@ pub struct CopyEdge {
     pub verdict: Verdict,
 }
 
-/// What [`audit`] found.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What [`audit`] found. `Debug` shows the written copies without their data values.
+#[derive(Clone, Default, PartialEq)]
 pub struct CopyAudit {
     /// Every copy, sorted by target then source.
     pub copies: Vec<CopyEdge>,
@@ -147,6 +148,19 @@ pub struct CopyAudit {
     /// them to the input to see the cluster as it would be (see
     /// [`watch_index::audit::configs`]).
     pub written: Vec<Value>,
+}
+
+/// By hand: `written` holds the copies' data (Secret data among it), which a derived `Debug`
+/// would print.
+impl fmt::Debug for CopyAudit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let written: Vec<RedactedJson<'_>> = self.written.iter().map(RedactedJson).collect();
+        f.debug_struct("CopyAudit")
+            .field("copies", &self.copies)
+            .field("findings", &self.findings)
+            .field("written", &written)
+            .finish()
+    }
 }
 
 /// Audits the copies among `objects`.

@@ -19,6 +19,9 @@
 //! copy, following the deletion policy.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use watch_index::redact::RedactedJson;
 
 use crate::config_sync::{ConflictPolicy, DeletionPolicy};
 use crate::desired::{fan_out_copy, stray_keys_patch};
@@ -42,7 +45,10 @@ pub enum RecreateReason {
 /// [`FIELD_MANAGER`](crate::ownership::FIELD_MANAGER) and `force`: conflux is the authority on its
 /// copies, so fields someone edited by hand (now owned by their manager) are taken back rather than
 /// reported as conflicts.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// `Debug` shows no data value: objects print as [`ConfigObject`] does, patches through
+/// [`RedactedJson`].
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub enum Step {
     /// Create the copy (server-side apply with field manager `conflux`).
@@ -112,6 +118,67 @@ pub enum Step {
         /// The merge patch ([`release_patch`]).
         patch: serde_json::Value,
     },
+}
+
+/// By hand: the objects are copies of Secret data, and the patches are JSON, which derived `Debug`
+/// would print as it is.
+impl fmt::Debug for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn patch(p: &Option<serde_json::Value>) -> Option<RedactedJson<'_>> {
+            p.as_ref().map(RedactedJson)
+        }
+        match self {
+            Step::Create { object } => f.debug_struct("Create").field("object", object).finish(),
+            Step::Update { object, cleanup } => f
+                .debug_struct("Update")
+                .field("object", object)
+                .field("cleanup", &patch(cleanup))
+                .finish(),
+            Step::Recreate { object, reason } => f
+                .debug_struct("Recreate")
+                .field("object", object)
+                .field("reason", reason)
+                .finish(),
+            Step::Adopt { object, cleanup } => f
+                .debug_struct("Adopt")
+                .field("object", object)
+                .field("cleanup", &patch(cleanup))
+                .finish(),
+            Step::InSync { namespace } => f
+                .debug_struct("InSync")
+                .field("namespace", namespace)
+                .finish(),
+            Step::Delete { namespace, name } => f
+                .debug_struct("Delete")
+                .field("namespace", namespace)
+                .field("name", name)
+                .finish(),
+            Step::Skip {
+                namespace,
+                name,
+                message,
+            } => f
+                .debug_struct("Skip")
+                .field("namespace", namespace)
+                .field("name", name)
+                .field("message", message)
+                .finish(),
+            Step::MarkOrphaned { object } => f
+                .debug_struct("MarkOrphaned")
+                .field("object", object)
+                .finish(),
+            Step::Release {
+                namespace,
+                name,
+                patch,
+            } => f
+                .debug_struct("Release")
+                .field("namespace", namespace)
+                .field("name", name)
+                .field("patch", &RedactedJson(patch))
+                .finish(),
+        }
+    }
 }
 
 impl Step {

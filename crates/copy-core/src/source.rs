@@ -7,6 +7,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use watch_index::redact::{RedactedConfigMap, RedactedSecret};
 use watch_index::refs::{ConfigKey, ConfigKind};
 
 use crate::Error;
@@ -64,8 +65,9 @@ impl fmt::Display for SourceRef {
 }
 
 /// A ConfigMap or a Secret: a source, an observed copy or a desired copy. Serialises as the object
-/// itself (with `apiVersion` and `kind`), ready for a server-side apply body.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// itself (with `apiVersion` and `kind`), ready for a server-side apply body. `Debug` shows the
+/// metadata, the Secret type and the data keys, never a value ([`watch_index::redact`]).
+#[derive(Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 #[non_exhaustive]
 pub enum ConfigObject {
@@ -184,6 +186,20 @@ impl ConfigObject {
             }
         }
         format!("sha256:{}", hex(&h.finalize()))
+    }
+}
+
+/// By hand: a derived `Debug` would print Secret data (and ConfigMap data copied from Secrets) into
+/// logs and panic messages.
+impl fmt::Debug for ConfigObject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigObject::ConfigMap(cm) => f
+                .debug_tuple("ConfigMap")
+                .field(&RedactedConfigMap(cm))
+                .finish(),
+            ConfigObject::Secret(s) => f.debug_tuple("Secret").field(&RedactedSecret(s)).finish(),
+        }
     }
 }
 

@@ -49,6 +49,7 @@ use std::fmt;
 use serde_json::Value;
 
 use crate::Error;
+use crate::redact::RedactedJson;
 use crate::resource::{
     ResourceOutcome, SubstitutionOptions, is_valid_var_name, post_build_error, substitute_resource,
     undefined_variables_in_resource,
@@ -118,14 +119,25 @@ impl Finding {
     }
 }
 
-/// One parsed manifest and the file it came from.
-#[derive(Debug, Clone, Copy)]
+/// One parsed manifest and the file it came from. `Debug` shows the object's kind, name and keys,
+/// never a value.
+#[derive(Clone, Copy)]
 pub struct Document<'a> {
     /// The object.
     pub object: &'a Value,
     /// Its file, relative to the repository root with `/` separators (`tenants/team-a/app.yaml`);
     /// `None` for objects that no Kustomization applies (generated objects, copies).
     pub file: Option<&'a str>,
+}
+
+/// By hand: the manifest may be a Secret with its data.
+impl fmt::Debug for Document<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Document")
+            .field("object", &RedactedJson(self.object))
+            .field("file", &self.file)
+            .finish()
+    }
 }
 
 fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {

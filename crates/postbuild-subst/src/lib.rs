@@ -10,6 +10,7 @@
 pub mod audit;
 pub mod envsubst;
 mod error;
+mod redact;
 pub mod resource;
 pub mod resource_set;
 pub mod vars;

@@ -10,10 +10,13 @@
 //! keep their type and cannot inject YAML structure. [`undefined_variables_in_resource`] lists
 //! the names a resource uses without defining them (they silently become empty strings).
 
+use std::fmt;
+
 use serde_json::Value;
 
 use crate::Error;
 use crate::envsubst::{self, Mode, UndefinedVariable};
+use crate::redact::RedactedJson;
 use crate::vars::Variables;
 use crate::yaml::{emit, parse};
 
@@ -36,8 +39,8 @@ pub struct SubstitutionOptions {
     pub typed: bool,
 }
 
-/// What happened to a resource.
-#[derive(Debug, Clone, PartialEq)]
+/// What happened to a resource. `Debug` shows the resource's kind, name and keys, never a value.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub enum ResourceOutcome {
     /// Substitution ran; the resulting resource.
@@ -47,6 +50,20 @@ pub enum ResourceOutcome {
     Disabled,
     /// No variable is defined and the strategy is not `Always`; the resource is used unchanged.
     NoVariables,
+}
+
+/// By hand: a substituted resource holds the variables' values, and they may come from Secrets.
+impl fmt::Debug for ResourceOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Substituted(value) => f
+                .debug_tuple("Substituted")
+                .field(&RedactedJson(value))
+                .finish(),
+            Self::Disabled => f.write_str("Disabled"),
+            Self::NoVariables => f.write_str("NoVariables"),
+        }
+    }
 }
 
 impl ResourceOutcome {
@@ -95,9 +112,13 @@ fn envsubst_error(err: Error) -> Error {
 
 /// `yaml.YAMLToJSON` on substituted bytes. Bytes that are not UTF-8 (a substring splitting a
 /// character) are rejected the way go-yaml's reader rejects them.
+///
+/// Where upstream's message quotes a piece of the text (an anchor, a map key, a scalar that does
+/// not fit its tag), the piece is redacted: it may be a variable's value, taken from a Secret, and
+/// the message ends up in the Kustomization's status and Events.
 fn yaml_bytes_to_json(bytes: Vec<u8>) -> Result<Value, Error> {
     match String::from_utf8(bytes) {
-        Ok(text) => parse::yaml_to_json(&text),
+        Ok(text) => parse::yaml_to_json(&text).map_err(parse::redact_quoted_input),
         Err(err) => {
             let utf8 = err.utf8_error();
             let bytes = err.as_bytes();
@@ -114,8 +135,10 @@ fn yaml_bytes_to_json(bytes: Vec<u8>) -> Result<Value, Error> {
 }
 
 /// Runs post-build substitution on one resource (`kustomize.SubstituteVariables`), with the
-/// already loaded variables. Errors read exactly as upstream's (`envsubst error: …`); wrap them
-/// with [`post_build_error`] for the controller's prefix.
+/// already loaded variables. Errors read exactly as upstream's (`envsubst error: …`), except that
+/// where the substituted YAML does not parse and upstream quotes a piece of it (an anchor, a map
+/// key, a scalar that does not fit its tag), that piece is `<redacted: N bytes>`: it may be a
+/// value from a Secret. Wrap errors with [`post_build_error`] for the controller's prefix.
 pub fn substitute_resource(
     resource: &Value,
     vars: &Variables,

@@ -31,11 +31,13 @@
 //! ```
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use serde_json::Value;
 
 use crate::Error;
 use crate::audit::{Finding, Severity};
+use crate::redact::RedactedJson;
 use crate::yaml::{emit::json_to_yaml, parse::yaml_to_json};
 
 /// API group of ResourceSets.
@@ -58,8 +60,8 @@ pub fn is_resource_set(object: &Value) -> bool {
     api_version.rsplit_once('/').map(|(g, _)| g) == Some(GROUP) && text(object, "/kind") == KIND
 }
 
-/// What [`expand`] generated.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What [`expand`] generated. `Debug` shows each object's kind, name and keys, never a value.
+#[derive(Clone, Default, PartialEq)]
 pub struct Expansion {
     /// The generated objects, in template then input order.
     pub objects: Vec<Value>,
@@ -67,6 +69,17 @@ pub struct Expansion {
     /// `ResourceSetUnsupported` (warning: a template action beyond simple substitution; that
     /// resource is skipped), `ResourceSetInputsFrom` (info: provider inputs are not expanded).
     pub findings: Vec<Finding>,
+}
+
+/// By hand: a generated object may be a Secret with its data.
+impl fmt::Debug for Expansion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let objects: Vec<RedactedJson<'_>> = self.objects.iter().map(RedactedJson).collect();
+        f.debug_struct("Expansion")
+            .field("objects", &objects)
+            .field("findings", &self.findings)
+            .finish()
+    }
 }
 
 /// Expands one ResourceSet; see the [module docs](self).

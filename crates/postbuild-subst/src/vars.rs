@@ -7,18 +7,30 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::fmt;
 
 use base64::Engine as _;
 use serde_json::Value;
 
 use crate::Error;
 use crate::envsubst::VarSource;
+use crate::redact::{RedactedJson, RedactedMap};
 
 /// The merged variables, every `\n` already removed from every value (upstream does this when it
-/// loads them). Names are kept as given; they are validated when substitution runs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// loads them). Names are kept as given; they are validated when substitution runs. `Debug` shows
+/// the names and the length of each value, never a value.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Variables {
     values: BTreeMap<String, String>,
+}
+
+/// By hand: values may come from Secrets, and `{:?}` ends up in logs and panic messages.
+impl fmt::Debug for Variables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Variables")
+            .field(&RedactedMap(&self.values))
+            .finish()
+    }
 }
 
 impl Variables {
@@ -121,8 +133,9 @@ pub enum SubstituteStrategy {
     Always,
 }
 
-/// The substitution settings of a Flux Kustomization (`spec.postBuild`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The substitution settings of a Flux Kustomization (`spec.postBuild`). `Debug` shows the names
+/// of the inline variables, not their values.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct PostBuild {
     /// `substitute`: inline variables, applied last.
     pub substitute: BTreeMap<String, String>,
@@ -130,6 +143,18 @@ pub struct PostBuild {
     pub substitute_from: Vec<SubstituteReference>,
     /// `substituteStrategy`.
     pub substitute_strategy: SubstituteStrategy,
+}
+
+/// By hand: the inline values are not from Secrets, but they become [`Variables`], whose values
+/// are never shown; one rule for every variable value cannot be got wrong.
+impl fmt::Debug for PostBuild {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostBuild")
+            .field("substitute", &RedactedMap(&self.substitute))
+            .field("substitute_from", &self.substitute_from)
+            .field("substitute_strategy", &self.substitute_strategy)
+            .finish()
+    }
 }
 
 fn invalid(message: String) -> Error {
@@ -209,8 +234,9 @@ fn json_type(value: &Value) -> &'static str {
     }
 }
 
-/// What fetching a `substituteFrom` object gave.
-#[derive(Debug, Clone, PartialEq)]
+/// What fetching a `substituteFrom` object gave. `Debug` shows the object's kind, name and data
+/// keys, never a data value.
+#[derive(Clone, PartialEq)]
 #[non_exhaustive]
 pub enum SourceLookup {
     /// The object (a ConfigMap or Secret as JSON).
@@ -219,6 +245,19 @@ pub enum SourceLookup {
     NotFound,
     /// Any other failure; the message is kept in the error.
     Failed(String),
+}
+
+/// By hand: a found object is a ConfigMap or a Secret with its data.
+impl fmt::Debug for SourceLookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SourceLookup::Found(object) => {
+                f.debug_tuple("Found").field(&RedactedJson(object)).finish()
+            }
+            SourceLookup::NotFound => f.write_str("NotFound"),
+            SourceLookup::Failed(reason) => f.debug_tuple("Failed").field(reason).finish(),
+        }
+    }
 }
 
 /// The variables an object provides: ConfigMap `data`; Secret `data` base64-decoded (and
@@ -251,7 +290,7 @@ pub fn source_data(kind: &SourceKind, object: &Value) -> Result<BTreeMap<String,
                     .map_err(|err| Error::InvalidSecretData {
                         name: name.to_owned(),
                         key: key.clone(),
-                        reason: err.to_string(),
+                        reason: base64_problem(&err),
                     })?;
                 data.insert(key.clone(), String::from_utf8_lossy(&decoded).into_owned());
             }
@@ -262,6 +301,20 @@ pub fn source_data(kind: &SourceKind, object: &Value) -> Result<BTreeMap<String,
         SourceKind::Other(_) => {}
     }
     Ok(data)
+}
+
+/// What is wrong with a Secret value that is not base64, without the offending character: the
+/// decoder's own message quotes it, and it is a piece of the Secret.
+fn base64_problem(err: &base64::DecodeError) -> String {
+    use base64::DecodeError;
+    match err {
+        DecodeError::InvalidByte(offset, _) => format!("invalid character at offset {offset}"),
+        DecodeError::InvalidLength(length) => format!("invalid length {length}"),
+        DecodeError::InvalidLastSymbol(offset, _) => {
+            format!("invalid last character at offset {offset}")
+        }
+        DecodeError::InvalidPadding => "invalid padding".to_owned(),
+    }
 }
 
 /// Loads the variables of `post_build` (`loadVars` + the inline `substitute`): the
@@ -345,6 +398,17 @@ mod tests {
                 ("region", "eu"),
                 ("zone", "inline")
             ]
+        );
+    }
+
+    /// The decoder's message quotes the offending character, a piece of the Secret; ours does not.
+    #[test]
+    fn invalid_base64_is_reported_without_the_character() {
+        let secret = json!({"metadata": {"name": "s"}, "data": {"k": "QUJD$A=="}});
+        let err = source_data(&SourceKind::Secret, &secret).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "secret 's' key 'k': invalid base64 data: invalid character at offset 4"
         );
     }
 

@@ -34,10 +34,12 @@
 //! part of the contract: changing it would roll every workload once, so it carries a version.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use sha2::{Digest, Sha256};
+use watch_index::redact::RedactedMap;
 use watch_index::refs::ConfigKind;
 
 use crate::consumers::{Consumption, Keys};
@@ -47,8 +49,9 @@ const DOMAIN: &[u8] = b"conflux.dev/config-hash/v1";
 /// The domain tag at the start of the watched-set encoding.
 const SET_DOMAIN: &[u8] = b"conflux.dev/watched-set/v1";
 
-/// The data of one ConfigMap or Secret, borrowed from the object.
-#[derive(Debug, Clone, Copy)]
+/// The data of one ConfigMap or Secret, borrowed from the object. `Debug` shows the keys and the
+/// length of each value, never a value ([`watch_index::redact`]).
+#[derive(Clone, Copy)]
 #[non_exhaustive]
 pub enum ConfigData<'a> {
     /// A ConfigMap's `data` and `binaryData`.
@@ -63,6 +66,23 @@ pub enum ConfigData<'a> {
         /// `data` (decoded bytes).
         data: Option<&'a BTreeMap<String, ByteString>>,
     },
+}
+
+/// By hand: a derived `Debug` would print Secret data.
+impl fmt::Debug for ConfigData<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ConfigData::ConfigMap { data, binary_data } => f
+                .debug_struct("ConfigMap")
+                .field("data", &data.map(RedactedMap))
+                .field("binary_data", &binary_data.map(RedactedMap))
+                .finish(),
+            ConfigData::Secret { data } => f
+                .debug_struct("Secret")
+                .field("data", &data.map(RedactedMap))
+                .finish(),
+        }
+    }
 }
 
 impl<'a> ConfigData<'a> {

@@ -5,6 +5,7 @@
 pub mod audit;
 mod error;
 pub mod index;
+pub mod redact;
 pub mod refs;
 #[cfg(feature = "runtime")]
 pub mod runtime;

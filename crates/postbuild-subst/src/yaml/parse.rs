@@ -13,6 +13,7 @@ mod scanner;
 use std::collections::BTreeMap;
 
 use super::gofmt;
+use crate::redact::Redacted;
 use decode::{GoVal, sharp_v};
 
 /// A JSON-able value: what `convertToJSONableObject` returns, before `json.Marshal`.
@@ -193,6 +194,64 @@ fn convert<T: Send>(
     })
 }
 
+/// Hides the piece of the input that some of upstream's messages quote: an anchor name, a map key
+/// or value, a scalar that does not fit its tag. Each becomes its length (`<redacted: 6 bytes>`);
+/// the rest of the message, and every other message, is kept. For text that holds substituted
+/// variables, whose values may come from Secrets. The shapes are the ones this parser writes;
+/// the tests below make each of them.
+pub(crate) fn redact_quoted_input(err: crate::Error) -> crate::Error {
+    let crate::Error::Yaml(message) = err else {
+        return err;
+    };
+    crate::Error::Yaml(redact_message(&message).unwrap_or(message))
+}
+
+fn redact_message(message: &str) -> Option<String> {
+    let hidden = |piece: &str| Redacted(piece.len()).to_string();
+    if let Some(rest) = message.strip_prefix("yaml: unknown anchor '") {
+        let anchor = rest.strip_suffix("' referenced").unwrap_or(rest);
+        return Some(format!(
+            "yaml: unknown anchor '{}' referenced",
+            hidden(anchor)
+        ));
+    }
+    if let Some(rest) = message.strip_prefix("yaml: anchor '") {
+        let anchor = rest.strip_suffix("' value contains itself").unwrap_or(rest);
+        return Some(format!(
+            "yaml: anchor '{}' value contains itself",
+            hidden(anchor)
+        ));
+    }
+    if let Some(key) = message.strip_prefix("yaml: invalid map key: ") {
+        return Some(format!("yaml: invalid map key: {}", hidden(key)));
+    }
+    if let Some(rest) = message.strip_prefix("yaml: cannot decode ") {
+        // `<resolved tag> `<scalar>` as a <wanted tag>`; the scalar may hold backticks.
+        let Some((resolved, rest)) = rest.split_once(" `") else {
+            return Some(format!("yaml: cannot decode {}", hidden(rest)));
+        };
+        let Some((scalar, wanted)) = rest.rsplit_once("` as a ") else {
+            return Some(format!("yaml: cannot decode {resolved} `{}`", hidden(rest)));
+        };
+        return Some(format!(
+            "yaml: cannot decode {resolved} `{}` as a {wanted}",
+            hidden(scalar)
+        ));
+    }
+    if let Some(rest) = message.strip_prefix("unsupported map key of type: ") {
+        let Some((type_name, rest)) = rest.split_once(", key: ") else {
+            return Some(format!("unsupported map key of type: {}", hidden(rest)));
+        };
+        let (key, value) = rest.split_once(", value: ").unwrap_or((rest, ""));
+        return Some(format!(
+            "unsupported map key of type: {type_name}, key: {}, value: {}",
+            hidden(key),
+            hidden(value)
+        ));
+    }
+    None
+}
+
 /// sigs.k8s.io/yaml.YAMLToJSON: the first document of `text`, parsed with go-yaml v2 rules.
 ///
 /// Errors are [`crate::Error::Yaml`] with upstream's message (without sigs.k8s.io/yaml's
@@ -225,6 +284,45 @@ pub fn yaml_to_json_text(text: &str) -> Result<String, crate::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every message that quotes the input, made by the parser, and what redaction leaves of it.
+    #[test]
+    fn quoted_input_is_redacted() {
+        let cases = [
+            (
+                "a: *secret\n",
+                "yaml: unknown anchor 'secret' referenced",
+                "yaml: unknown anchor '<redacted: 6 bytes>' referenced",
+            ),
+            (
+                "&secret [*secret]\n",
+                "yaml: anchor 'secret' value contains itself",
+                "yaml: anchor '<redacted: 6 bytes>' value contains itself",
+            ),
+            (
+                "? [se, cret]\n: v\n",
+                "yaml: invalid map key: []interface {}{\"se\", \"cret\"}",
+                "yaml: invalid map key: <redacted: 28 bytes>",
+            ),
+            (
+                "a: !!float sec`ret\n",
+                "yaml: cannot decode !!str `sec`ret` as a !!float",
+                "yaml: cannot decode !!str `<redacted: 7 bytes>` as a !!float",
+            ),
+            (
+                "? ~\n: secret\n",
+                "unsupported map key of type: %!s(<nil>), key: <nil>, value: \"secret\"",
+                "unsupported map key of type: %!s(<nil>), key: <redacted: 5 bytes>, value: <redacted: 8 bytes>",
+            ),
+        ];
+        for (input, upstream, redacted) in cases {
+            let err = yaml_to_json(input).expect_err(input);
+            assert_eq!(err.to_string(), upstream, "{input:?}");
+            assert_eq!(redact_quoted_input(err).to_string(), redacted, "{input:?}");
+        }
+        let other = yaml_to_json("a: b: c\n").expect_err("not YAML");
+        assert_eq!(redact_quoted_input(other.clone()), other);
+    }
 
     fn ok(input: &str) -> String {
         yaml_to_json_text(input).unwrap_or_else(|e| format!("ERR {e}"))
