@@ -17,10 +17,12 @@
 //!   particular).
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
+use watch_index::redact::RedactedJson;
 
 use crate::fan_out::FanOut;
 use crate::ownership::{SOURCE_ANNOTATION, TEMPLATE_HASH_ANNOTATION, source_annotation};
@@ -40,8 +42,8 @@ pub enum WriteMode {
     Recreate,
 }
 
-/// A desired copy and how to write it.
-#[derive(Debug, Clone, PartialEq)]
+/// A desired copy and how to write it. `Debug` shows no data value (see [`ConfigObject`]).
+#[derive(Clone, PartialEq)]
 pub struct DesiredCopy {
     /// The object to apply (or to create after deleting the target, for [`WriteMode::Recreate`]).
     pub object: ConfigObject,
@@ -50,6 +52,18 @@ pub struct DesiredCopy {
     /// With [`WriteMode::Apply`]: a JSON merge patch to send as well, removing `data`/`binaryData`
     /// keys the target has and the source does not ([`stray_keys_patch`]).
     pub cleanup: Option<serde_json::Value>,
+}
+
+/// By hand: the object is a copy of a Secret's data, and the cleanup patch is JSON, printed through
+/// [`RedactedJson`] like every object body (it holds keys and `null`s only, and shows them).
+impl fmt::Debug for DesiredCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DesiredCopy")
+            .field("object", &self.object)
+            .field("mode", &self.mode)
+            .field("cleanup", &self.cleanup.as_ref().map(RedactedJson))
+            .finish()
+    }
 }
 
 /// The outcome of the Secret type rules for one source/target pair.
@@ -84,6 +98,28 @@ pub fn secret_type(source_type: Option<&str>, target_type: Option<&str>) -> Secr
     }
 }
 
+/// Secret types that are never copied (see [`Error::UnsupportedSecretType`]).
+pub const UNCOPYABLE_SECRET_TYPES: &[&str] = &["kubernetes.io/service-account-token"];
+
+/// Whether `source` may be copied at all: every ConfigMap, and every Secret except those of
+/// [`UNCOPYABLE_SECRET_TYPES`].
+pub fn check_copyable(source: &ConfigObject) -> Result<()> {
+    let uncopyable = match source {
+        ConfigObject::Secret(secret) => secret
+            .type_
+            .as_deref()
+            .filter(|t| UNCOPYABLE_SECRET_TYPES.contains(t)),
+        ConfigObject::ConfigMap(_) => None,
+    };
+    match uncopyable {
+        Some(t) => Err(Error::UnsupportedSecretType {
+            source_ref: source.source_ref(),
+            secret_type: t.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The desired state of a pull copy: `target` (an object carrying `copyFrom`) filled from `source`.
 ///
 /// For [`WriteMode::Apply`] and [`WriteMode::Unchanged`] the object has only the fields conflux
@@ -91,6 +127,7 @@ pub fn secret_type(source_type: Option<&str>, target_type: Option<&str>) -> Secr
 /// [`WriteMode::Recreate`] the object is the whole target (its labels, annotations and
 /// `immutable`) with the source's content, so that nothing but the content changes.
 pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<DesiredCopy> {
+    check_copyable(source)?;
     let mut recreate = false;
     let object = match (source, target) {
         (ConfigObject::ConfigMap(src), ConfigObject::ConfigMap(_)) => {

@@ -19,6 +19,28 @@ pub enum Error {
         value: String,
     },
 
+    /// A `copyFrom` annotation that names the object carrying it.
+    #[error(
+        "{source_ref}: fluxcd.controlplane.io/copyFrom names the object itself; nothing to copy"
+    )]
+    CopyOfItself {
+        /// The object (also the source it names).
+        source_ref: SourceRef,
+    },
+
+    /// A Secret of a type that cannot be copied: a `kubernetes.io/service-account-token` is
+    /// bound to a ServiceAccount of its own namespace (the API server refuses a copy without
+    /// one, and a copy with one would be another account's credential).
+    #[error(
+        "{source_ref} has type '{secret_type}', which is bound to its namespace and is never copied"
+    )]
+    UnsupportedSecretType {
+        /// The source.
+        source_ref: SourceRef,
+        /// Its type.
+        secret_type: String,
+    },
+
     /// The source could not be read (not found, forbidden, ...). Nothing is written.
     #[error("failed to copy data from {source_ref}: {reason}")]
     SourceUnavailable {
@@ -125,6 +147,8 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidCopyFrom { .. } => "InvalidCopyFrom",
+            Error::CopyOfItself { .. } => "SelfReference",
+            Error::UnsupportedSecretType { .. } => "UnsupportedSecretType",
             Error::SourceUnavailable { .. } => "SourceNotFound",
             Error::SecretTypeConflict(_) => "SecretTypeConflict",
             Error::KindMismatch { .. } => "KindMismatch",
@@ -139,5 +163,21 @@ impl Error {
             #[cfg(feature = "runtime")]
             Error::NotListed { .. } => "NotListed",
         }
+    }
+
+    /// Whether only a change of the objects involved can fix this: the input itself is wrong
+    /// (a malformed annotation or selector, a copy of itself, a refusal, a kind mismatch). Such
+    /// an error is found without asking the API server, so retrying it would only repeat the
+    /// report: controllers wait for a change instead (their watches see it).
+    pub fn is_input_problem(&self) -> bool {
+        matches!(
+            self,
+            Error::InvalidCopyFrom { .. }
+                | Error::CopyOfItself { .. }
+                | Error::UnsupportedSecretType { .. }
+                | Error::KindMismatch { .. }
+                | Error::UntrustedSyncSource { .. }
+                | Error::InvalidSelector { .. }
+        )
     }
 }

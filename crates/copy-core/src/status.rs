@@ -8,7 +8,7 @@
 //! | every target synced | `True` | `Synced` |
 //! | some targets failed or were skipped | `False` | `PartialSync` |
 //! | source missing | `False` | `SourceNotFound` |
-//! | refused (untrusted kopy source, no consent) | `False` | `Refused` |
+//! | refused (untrusted kopy source, no consent, a Secret type never copied) | `False` | `Refused` |
 //! | spec invalid (bad selector) | `False` | `InvalidSpec` |
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -96,7 +96,9 @@ impl SyncOutcome {
         if let Some(problem) = &self.problem {
             let reason = match problem {
                 Error::SourceUnavailable { .. } => REASON_SOURCE_NOT_FOUND,
-                Error::Refused(_) | Error::UntrustedSyncSource { .. } => REASON_REFUSED,
+                Error::Refused(_)
+                | Error::UntrustedSyncSource { .. }
+                | Error::UnsupportedSecretType { .. } => REASON_REFUSED,
                 _ => REASON_INVALID_SPEC,
             };
             return ("False", reason, problem.to_string());

@@ -17,6 +17,18 @@ pub enum Error {
         /// What the regex parser said.
         reason: String,
     },
+    /// A boolean annotation (`reloader.stakater.com/auto`, `search`, the typed `auto`s, wave's)
+    /// whose value is neither `true` nor `false`. Reloader compares with `"true"` exactly and so
+    /// do we: the annotation is ignored, and reported.
+    #[error(
+        "annotation {annotation} is {value:?}, not \"true\" or \"false\"; it is ignored (values are compared exactly, as Reloader does)"
+    )]
+    InvalidBoolean {
+        /// The annotation.
+        annotation: &'static str,
+        /// Its value (at most 64 characters of it).
+        value: String,
+    },
     /// A duration flag or setting is not a Go-style duration (`0`, `300ms`, `2s`, `1m30s`).
     #[error("invalid duration '{input}': expected e.g. 0, 300ms, 2s, 1m30s")]
     InvalidDuration {
@@ -42,6 +54,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidPattern { .. } => "InvalidPattern",
+            Error::InvalidBoolean { .. } => "InvalidAnnotation",
             Error::InvalidDuration { .. } => "InvalidDuration",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
@@ -54,6 +67,7 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::InvalidPattern { .. } => "invalid_pattern",
+            Error::InvalidBoolean { .. } => "invalid_annotation",
             Error::InvalidDuration { .. } => "invalid_duration",
             #[cfg(feature = "runtime")]
             Error::Kube(_) => "api_error",

@@ -129,6 +129,9 @@ impl NamePattern {
     }
 }
 
+/// Characters of an invalid annotation value quoted in its error (annotations may be long).
+const MAX_QUOTED_VALUE: usize = 64;
+
 fn kind_index(kind: ConfigKind) -> usize {
     match kind {
         ConfigKind::ConfigMap => 0,
@@ -177,13 +180,27 @@ impl Annotations {
                     .collect()
             })
         };
-        Annotations {
+        let parsed = Annotations {
             named: [named(CONFIGMAP_RELOAD), named(SECRET_RELOAD)],
             auto: get(AUTO),
             typed_auto: [get(CONFIGMAP_AUTO), get(SECRET_AUTO)],
             exclude: [list(CONFIGMAPS_EXCLUDE), list(SECRETS_EXCLUDE)],
             search: get(SEARCH),
+        };
+        // Reloader compares these with "true" (and "false") exactly; any other value is ignored
+        // as it ignores it, but said, since `True` or `"true "` is almost always meant as true.
+        for key in [AUTO, CONFIGMAP_AUTO, SECRET_AUTO, SEARCH] {
+            if let Some(value) = map
+                .get(key)
+                .filter(|v| !matches!(v.as_str(), "true" | "false"))
+            {
+                problems.push(Error::InvalidBoolean {
+                    annotation: key,
+                    value: value.chars().take(MAX_QUOTED_VALUE).collect(),
+                });
+            }
         }
+        parsed
     }
 
     fn relevant(&self, k: usize) -> bool {
@@ -216,9 +233,14 @@ impl OptIn {
         let mut problems = Vec::new();
         let parsed_workload = Annotations::parse(workload, &mut problems);
         let parsed_template = Annotations::parse(template, &mut problems);
-        let wave = workload
-            .and_then(|m| m.get(WAVE_UPDATE_ON_CONFIG_CHANGE))
-            .is_some_and(|v| v == "true");
+        let wave_value = workload.and_then(|m| m.get(WAVE_UPDATE_ON_CONFIG_CHANGE));
+        if let Some(value) = wave_value.filter(|v| !matches!(v.as_str(), "true" | "false")) {
+            problems.push(Error::InvalidBoolean {
+                annotation: WAVE_UPDATE_ON_CONFIG_CHANGE,
+                value: value.chars().take(MAX_QUOTED_VALUE).collect(),
+            });
+        }
+        let wave = wave_value.is_some_and(|v| v == "true");
         OptIn {
             workload: parsed_workload,
             template: parsed_template,
@@ -232,7 +254,8 @@ impl OptIn {
         OptIn::parse(workload.annotations(), workload.template_annotations())
     }
 
-    /// Invalid `reload` list entries (compared literally); for a warning Event.
+    /// Invalid `reload` list entries (compared literally) and boolean annotations whose value is
+    /// neither `true` nor `false` (ignored); for a warning Event.
     pub fn problems(&self) -> &[Error] {
         &self.problems
     }

@@ -574,10 +574,92 @@ impl ReferenceSet {
     }
 }
 
-/// Parses a `fluxcd.controlplane.io/copyFrom` value: exactly `namespace/name`, both non-empty.
+/// What is malformed in a Flux object's lists of config references: a Kustomization's
+/// `spec.postBuild.substituteFrom` or a HelmRelease's `spec.valuesFrom` that is not a list, or an
+/// entry that is not an object, lacks a `name` string or names a kind other than ConfigMap or
+/// Secret. Flux rejects such objects at admission when its CRDs validate; without that (or with
+/// older CRDs), the malformed entries reference nothing, and the controller says so. Empty for
+/// well-formed objects and for other kinds.
+pub fn flux_reference_problems(obj: &Value) -> Vec<String> {
+    let (field, pointer) = match (
+        obj.get("apiVersion").and_then(Value::as_str),
+        obj.get("kind").and_then(Value::as_str),
+    ) {
+        (Some(v), Some("Kustomization")) if v.starts_with("kustomize.toolkit.fluxcd.io/") => (
+            "spec.postBuild.substituteFrom",
+            "/spec/postBuild/substituteFrom",
+        ),
+        (Some(v), Some("HelmRelease")) if v.starts_with("helm.toolkit.fluxcd.io/") => {
+            ("spec.valuesFrom", "/spec/valuesFrom")
+        }
+        _ => return Vec::new(),
+    };
+    let Some(list) = obj.pointer(pointer).filter(|v| !v.is_null()) else {
+        return Vec::new();
+    };
+    let Some(entries) = list.as_array() else {
+        return vec![format!("{field} is not a list")];
+    };
+    let mut problems = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(entry) = entry.as_object() else {
+            problems.push(format!("{field}[{i}] is not an object"));
+            continue;
+        };
+        match entry.get("kind").and_then(Value::as_str) {
+            Some("ConfigMap" | "Secret") => {}
+            Some(other) => problems.push(format!(
+                "{field}[{i}].kind is {:?}, not ConfigMap or Secret",
+                other.chars().take(64).collect::<String>()
+            )),
+            None => problems.push(format!("{field}[{i}].kind is missing or not a string")),
+        }
+        if entry
+            .get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            problems.push(format!("{field}[{i}].name is missing or not a string"));
+        }
+    }
+    problems
+}
+
+/// Parses a `fluxcd.controlplane.io/copyFrom` value: exactly `namespace/name`, a valid namespace
+/// name and a valid object name.
 pub fn parse_copy_from(value: &str) -> Option<(&str, &str)> {
     let (ns, name) = value.split_once('/')?;
-    (!ns.is_empty() && !name.is_empty() && !name.contains('/')).then_some((ns, name))
+    // Names the API server would refuse are refused here, so that a value like `../x` or 300
+    // characters is reported as malformed instead of being sent in a request path.
+    (is_dns1123_label(ns) && is_dns1123_subdomain(name)).then_some((ns, name))
+}
+
+/// A namespace name: at most 63 lowercase alphanumerics or `-`, alphanumeric at both ends.
+fn is_dns1123_label(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+        && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+}
+
+/// A ConfigMap or Secret name: at most 253 characters, dot-separated labels of lowercase
+/// alphanumerics or `-` (each label alphanumeric at both ends; labels may exceed 63 here, as
+/// apimachinery's `IsDNS1123Subdomain` allows).
+fn is_dns1123_subdomain(s: &str) -> bool {
+    s.len() <= 253
+        && s.split('.').all(|label| {
+            let bytes = label.as_bytes();
+            !bytes.is_empty()
+                && bytes
+                    .iter()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+                && bytes.first().is_some_and(u8::is_ascii_alphanumeric)
+                && bytes.last().is_some_and(u8::is_ascii_alphanumeric)
+        })
 }
 
 /// The copy rule: a ConfigMap/Secret annotated `copyFrom: ns/name` references the source of the same
@@ -617,6 +699,44 @@ mod tests {
 
     fn s(k: &str) -> (String, bool) {
         (k.to_owned(), false)
+    }
+
+    #[test]
+    fn malformed_flux_reference_lists_are_named() {
+        let k = |post_build: Value| {
+            serde_json::json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                               "spec": {"postBuild": post_build}})
+        };
+        assert!(flux_reference_problems(&k(serde_json::json!({"substituteFrom": [
+            {"kind": "ConfigMap", "name": "a"}, {"kind": "Secret", "name": "b", "optional": true}
+        ]})))
+        .is_empty());
+        assert!(flux_reference_problems(&k(serde_json::json!({}))).is_empty());
+        assert_eq!(
+            flux_reference_problems(&k(serde_json::json!({"substituteFrom": "vars"}))),
+            ["spec.postBuild.substituteFrom is not a list"]
+        );
+        assert_eq!(
+            flux_reference_problems(&k(serde_json::json!({"substituteFrom": [
+                7, {"kind": "Pod", "name": "x"}, {"kind": "ConfigMap"}, {"name": 3}
+            ]}))),
+            [
+                "spec.postBuild.substituteFrom[0] is not an object",
+                "spec.postBuild.substituteFrom[1].kind is \"Pod\", not ConfigMap or Secret",
+                "spec.postBuild.substituteFrom[2].name is missing or not a string",
+                "spec.postBuild.substituteFrom[3].kind is missing or not a string",
+                "spec.postBuild.substituteFrom[3].name is missing or not a string",
+            ]
+        );
+        let hr = serde_json::json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                                    "spec": {"valuesFrom": {"kind": "Secret"}}});
+        assert_eq!(
+            flux_reference_problems(&hr),
+            ["spec.valuesFrom is not a list"]
+        );
+        let other =
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "spec": {"valuesFrom": 1}});
+        assert!(flux_reference_problems(&other).is_empty());
     }
 
     #[test]

@@ -22,21 +22,23 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::ObjectRef as KubeObjectRef;
 use kube::{Client, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 use watch_index::index::ReverseIndex;
 use watch_index::refs::{ObjectRef, ReferenceSet};
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{publish, recorder};
+use watch_index::runtime::events::{Problems, recorder};
 use watch_index::runtime::{ConfigWatches, Health, Runtime};
 use watch_index::selector::Selector;
 
-use super::executor::{Backoff, apply, get_object, merge_patch, object_reference, recreate};
+use super::executor::{
+    Backoff, apply_returning_meta, delete_uid, get_object, merge_patch, object_reference, recreate,
+};
 use super::{ApplyLabels, CopyMetrics, concurrency};
 use crate::consent;
-use crate::copy_from::copy_source;
+use crate::copy_from::{COPY_FROM_ANNOTATION, copy_source};
 use crate::desired::{WriteMode, pull_copy};
 use crate::ownership::resource_set_of;
 use crate::{Error, SourceKind, SourceRef};
@@ -70,6 +72,8 @@ pub struct Context {
     /// Target → source, from the `copyFrom` annotations seen by the source watch.
     index: RwLock<ReverseIndex>,
     backoff: Backoff,
+    /// The current problem of each target, so each is reported once.
+    problems: Problems,
     /// ResourceSet-generated targets already reported as left to Flux Operator (logged once).
     left_to_flux_operator: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
 }
@@ -93,6 +97,7 @@ impl Context {
             refs: ReferenceSet::flux(),
             index: RwLock::new(ReverseIndex::new()),
             backoff: Backoff::default(),
+            problems: Problems::default(),
             left_to_flux_operator: Default::default(),
         })
     }
@@ -231,8 +236,14 @@ fn error_policy<K: ConfigResource>(
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
+    if err.is_input_problem() {
+        // Retrying cannot help: the target's own annotation is wrong. Its next change is
+        // seen by the watch; the resync only guards against a missed event.
+        debug!(target = %key, reason = err.reason(), "copy: waiting for the target to change");
+        return Action::requeue(RESYNC_INTERVAL);
+    }
     let delay = ctx.backoff.next(key.clone());
-    warn!(target = %key, reason = err.reason(), error = %err, retry_in = ?delay, "copy: cannot sync copy");
+    debug!(target = %key, reason = err.reason(), retry_in = ?delay, "copy: retrying with backoff");
     Action::requeue(delay)
 }
 
@@ -266,21 +277,26 @@ async fn reconcile<K: ConfigResource>(
     match result {
         Ok(written) => {
             ctx.backoff.reset(&key);
+            if ctx.problems.resolve(&key) {
+                info!(target = %key, "copy: problem resolved");
+            }
             if let Some(mode) = written {
                 info!(target = %key, mode, "copy: copy written");
             }
             Ok(Action::requeue(RESYNC_INTERVAL))
         }
         Err(err) => {
-            publish(
-                &ctx.recorder,
-                &reference,
-                EventType::Warning,
-                err.reason(),
-                err.to_string(),
-                "Copy",
-            )
-            .await;
+            ctx.problems
+                .report(
+                    &ctx.recorder,
+                    &reference,
+                    &key,
+                    err.reason(),
+                    &err.to_string(),
+                    "Copy",
+                    "copy: cannot sync copy",
+                )
+                .await;
             Err(err)
         }
     }
@@ -295,9 +311,11 @@ async fn sync_copy(
     wanted: crate::Result<SourceRef>,
 ) -> Result<Option<&'static str>, Error> {
     let source_ref = wanted?;
-    let Some(target) = get_object(&ctx.client, kind, namespace, name).await? else {
-        return Ok(None);
-    };
+    if source_ref.namespace == namespace && source_ref.name == name {
+        return Err(Error::CopyOfItself { source_ref });
+    }
+    // The source first: a target whose source is missing or refused costs one request per
+    // retry, not two.
     let source = match get_object(&ctx.client, kind, &source_ref.namespace, &source_ref.name).await
     {
         Ok(Some(source)) => source,
@@ -321,11 +339,30 @@ async fn sync_copy(
         namespace,
     )
     .map_err(Error::from)?;
+    let Some(target) = get_object(&ctx.client, kind, namespace, name).await? else {
+        return Ok(None);
+    };
     let desired = pull_copy(&source, &target)?;
     match desired.mode {
         WriteMode::Unchanged => Ok(None),
         WriteMode::Apply => {
-            apply(&ctx.client, &desired.object).await?;
+            let written = apply_returning_meta(&ctx.client, &desired.object).await?;
+            let recreated = written.uid.is_some() && written.uid != target.metadata().uid;
+            let asked = written
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(COPY_FROM_ANNOTATION));
+            if recreated && !asked {
+                // The target was deleted after it was read, and the apply created it again (a
+                // server-side apply creates what does not exist). Nobody asks for that object:
+                // delete exactly the one just created. (A target re-created by its owner in the
+                // meantime carries copyFrom and is kept.)
+                if let Some(uid) = &written.uid {
+                    delete_uid(&ctx.client, kind, namespace, name, uid).await?;
+                }
+                debug!(target_object = %format!("{namespace}/{name}"), "copy: target deleted while copying; not written again");
+                return Ok(None);
+            }
             if let Some(cleanup) = &desired.cleanup {
                 merge_patch(&ctx.client, kind, namespace, name, cleanup).await?;
             }

@@ -95,20 +95,64 @@ pub async fn list_objects(
 
 /// Server-side applies `object` with field manager `conflux` and `force`.
 pub async fn apply(client: &Client, object: &ConfigObject) -> Result<()> {
+    apply_returning_meta(client, object).await.map(drop)
+}
+
+/// [`apply`], returning the metadata of the object written (a uid other than the one read means
+/// the apply created the object anew).
+pub async fn apply_returning_meta(
+    client: &Client,
+    object: &ConfigObject,
+) -> Result<kube::api::ObjectMeta> {
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let (namespace, name) = (object.namespace(), object.name());
     let action = format!("applying {} {namespace}/{name}", object.kind());
-    match object {
+    Ok(match object {
         ConfigObject::ConfigMap(cm) => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(cm))).await?;
+            bounded(action, api.patch(name, &params, &Patch::Apply(cm)))
+                .await?
+                .metadata
         }
         ConfigObject::Secret(s) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(s))).await?;
+            bounded(action, api.patch(name, &params, &Patch::Apply(s)))
+                .await?
+                .metadata
         }
+    })
+}
+
+/// Deletes the object with uid `uid` (and no other object of that name); a missing one is fine.
+pub async fn delete_uid(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<()> {
+    let action = format!("deleting {kind} {namespace}/{name}");
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    let result = match kind {
+        SourceKind::ConfigMap => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            bounded(action, api.delete(name, &dp)).await.map(drop)
+        }
+        SourceKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            bounded(action, api.delete(name, &dp)).await.map(drop)
+        }
+    };
+    match result {
+        Err(watch_index::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
+        other => Ok(other?),
     }
-    Ok(())
 }
 
 /// Sends a JSON merge patch (cleanup of stray keys, release of ownership).

@@ -35,7 +35,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{bounded, publish, recorder};
+use watch_index::runtime::events::{Problems, bounded, publish, recorder};
 use watch_index::runtime::{ConfigWatches, Health, Informer, Runtime, sharded};
 use watch_index::selector::Selector;
 
@@ -81,6 +81,8 @@ pub struct Context {
     metrics: Arc<CopyMetrics>,
     recorder: Recorder,
     backoff: Backoff,
+    /// The problems of each ConfigSync and kopy source, so each is reported once.
+    problems: Problems,
     /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
     /// removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
     kopy_owners: RwLock<HashSet<SourceRef>>,
@@ -105,6 +107,7 @@ impl Context {
             config,
             metrics,
             backoff: Backoff::default(),
+            problems: Problems::default(),
             kopy_owners: RwLock::new(HashSet::new()),
             namespaces: RwLock::new(None),
         })
@@ -190,12 +193,34 @@ async fn run_config_syncs(
         .await;
 }
 
+/// The ConfigSyncs a namespace event may concern: all but those whose current generation is
+/// stuck on a problem no namespace can fix (an invalid spec, a missing or refused source). Those
+/// wait for a change of their own or of their source, so that a bad ConfigSync costs no request
+/// per namespace event.
 fn every_sync(store: &Store<ConfigSync>) -> Vec<KubeObjectRef<ConfigSync>> {
     store
         .state()
         .iter()
+        .filter(|cs| !stuck_on_input(cs))
         .map(|cs| KubeObjectRef::from_obj(&**cs))
         .collect()
+}
+
+fn stuck_on_input(cs: &ConfigSync) -> bool {
+    let Some(status) = &cs.status else {
+        return false;
+    };
+    status.observed_generation == cs.metadata.generation
+        && status.conditions.iter().any(|c| {
+            c.type_ == crate::status::READY
+                && c.status == "False"
+                && [
+                    crate::status::REASON_INVALID_SPEC,
+                    crate::status::REASON_SOURCE_NOT_FOUND,
+                    crate::status::REASON_REFUSED,
+                ]
+                .contains(&c.reason.as_str())
+        })
 }
 
 /// The ConfigSyncs an event on a ConfigMap/Secret concerns ([`ConfigSyncSpec::concerns`]).
@@ -226,9 +251,43 @@ fn syncs_concerned(
 
 fn sync_error_policy(cs: Arc<ConfigSync>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("ConfigSync/{}", cs.name_any());
+    if err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. }) {
+        // Retrying cannot help until the ConfigSync or its source changes, which the watches
+        // see; the resync only guards against a missed event. (Reported once, by the reconcile.)
+        debug!(config_sync = %key, reason = err.reason(), "sync: waiting for a change");
+        return Action::requeue(RESYNC_INTERVAL);
+    }
     let delay = ctx.backoff.next(key.clone());
-    warn!(config_sync = %key, reason = err.reason(), error = %err, retry_in = ?delay, "sync: not in sync");
+    debug!(config_sync = %key, reason = err.reason(), retry_in = ?delay, "sync: retrying with backoff");
     Action::requeue(delay)
+}
+
+/// The key under which an object's problems are remembered (and logged).
+fn problem_key(reference: &ObjectReference) -> String {
+    let kind = reference.kind.as_deref().unwrap_or_default();
+    let name = reference.name.as_deref().unwrap_or_default();
+    match reference.namespace.as_deref() {
+        // ConfigSyncs are cluster-scoped; their reference names `default` only for Events.
+        Some(namespace) if kind != crate::config_sync::KIND => {
+            format!("{kind}/{namespace}/{name}")
+        }
+        _ => format!("{kind}/{name}"),
+    }
+}
+
+/// Reports a problem of the object behind `reference` once (see [`Problems`]).
+async fn report(ctx: &Context, reference: &ObjectReference, err: &Error, message: String) {
+    ctx.problems
+        .report(
+            &ctx.recorder,
+            reference,
+            &problem_key(reference),
+            err.reason(),
+            &message,
+            "Sync",
+            "sync: not in sync",
+        )
+        .await;
 }
 
 async fn reconcile_sync(cs: Arc<ConfigSync>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -274,15 +333,7 @@ async fn apply_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
             Ok(outcome) => outcome,
             Err(err) => {
                 // Reading the cluster failed: nothing was decided; say so and retry with backoff.
-                publish(
-                    &ctx.recorder,
-                    &reference,
-                    EventType::Warning,
-                    err.reason(),
-                    err.to_string(),
-                    "Sync",
-                )
-                .await;
+                report(ctx, &reference, &err, err.to_string()).await;
                 return Err(err);
             }
         },
@@ -316,15 +367,7 @@ async fn finish(
     outcome: &SyncOutcome,
 ) -> Result<Action, Error> {
     if let Some(problem) = &outcome.problem {
-        publish(
-            &ctx.recorder,
-            reference,
-            EventType::Warning,
-            problem.reason(),
-            problem.to_string(),
-            "Sync",
-        )
-        .await;
+        report(ctx, reference, problem, problem.to_string()).await;
         return Err(problem.clone());
     }
     if outcome.failed > 0 {
@@ -335,6 +378,9 @@ async fn finish(
         });
     }
     ctx.backoff.reset(key);
+    if ctx.problems.resolve(&problem_key(reference)) {
+        info!(object = %problem_key(reference), "sync: problem resolved");
+    }
     Ok(Action::requeue(RESYNC_INTERVAL))
 }
 
@@ -385,6 +431,12 @@ async fn fan_out_once(
         &source_ref.name,
     )
     .await?;
+    if let Some(source) = &source {
+        // Refused before anything is planned: existing copies are left as they are.
+        if let Err(problem) = crate::desired::check_copyable(source) {
+            return Ok(SyncOutcome::failed_with(problem));
+        }
+    }
     let namespaces = ctx.namespaces()?;
     let views = namespaces.iter().map(|ns| {
         let mut view = NamespaceView::new(ns.metadata.name.as_deref().unwrap_or_default())
@@ -462,14 +514,11 @@ async fn execute(
             })
             .inc();
         if let Err(err) = &result {
-            warn!(namespace = step.namespace(), error = %err, "sync: step failed");
-            publish(
-                &ctx.recorder,
+            report(
+                ctx,
                 reference,
-                EventType::Warning,
-                err.reason(),
+                err,
                 format!("namespace {}: {err}", step.namespace()),
-                "Sync",
             )
             .await;
         } else if !step.is_noop() {
@@ -531,15 +580,17 @@ async fn execute_step(
         } => merge_patch(client, kind, namespace, name, patch).await,
         Step::InSync { .. } => Ok(()),
         Step::Skip { message, .. } => {
-            publish(
-                &ctx.recorder,
-                reference,
-                EventType::Warning,
-                "Conflict",
-                message.clone(),
-                "Sync",
-            )
-            .await;
+            ctx.problems
+                .report(
+                    &ctx.recorder,
+                    reference,
+                    &problem_key(reference),
+                    "Conflict",
+                    message,
+                    "Sync",
+                    "sync: target left alone",
+                )
+                .await;
             Ok(())
         }
     }
@@ -736,8 +787,12 @@ fn kopy_error_policy<K: ConfigResource>(
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
+    if err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. }) {
+        debug!(source = %key, reason = err.reason(), "sync: waiting for a change");
+        return Action::requeue(RESYNC_INTERVAL);
+    }
     let delay = ctx.backoff.next(key.clone());
-    warn!(source = %key, error = %err, retry_in = ?delay, "sync: kopy source not in sync");
+    debug!(source = %key, reason = err.reason(), retry_in = ?delay, "sync: retrying with backoff");
     Action::requeue(delay)
 }
 
@@ -754,17 +809,8 @@ async fn reconcile_kopy<K: ConfigResource>(
     let fan_out = match FanOut::from_kopy(&source_ref, annotations, trusted) {
         Ok(None) => return release_kopy(&ctx, &source_ref, &reference).await,
         Err(refused) => {
-            // Refused or unparsable: reported once per change of the source, not retried.
-            warn!(source = %key, error = %refused, "sync: kopy annotation refused");
-            publish(
-                &ctx.recorder,
-                &reference,
-                EventType::Warning,
-                refused.reason(),
-                refused.to_string(),
-                "Sync",
-            )
-            .await;
+            // Refused or unparsable: reported once, not retried (a change of the source is).
+            report(&ctx, &reference, &refused, refused.to_string()).await;
             return Ok(Action::await_change());
         }
         Ok(Some(fan_out)) => fan_out,

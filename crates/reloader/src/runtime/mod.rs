@@ -22,7 +22,9 @@
 //!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket; a throttled rollout is
 //!   evaluated again when a token is free.
 //! - Every rollout gets a `Reloaded` Event on the workload; failures get `ReloadFailed` (also for
-//!   a rollout held because a required config is missing), a log line and a retry with backoff.
+//!   a rollout held because a required config is missing), a log line and a retry with backoff;
+//!   the same failure is reported once until the workload rolls again. Annotation problems
+//!   (`InvalidPattern`, `InvalidAnnotation`) are reported when the annotations change.
 //!
 //! Nothing here makes the process exit: discovery is retried with backoff, watches are the
 //! shared informers' (which ride out faults), and a re-list's changes arrive as events.
@@ -51,7 +53,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use watch_index::refs::{ConfigKind, ObjectRef};
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{bounded, publish, recorder};
+use watch_index::runtime::events::{Problems, bounded, publish, recorder};
 use watch_index::runtime::{
     Change, ConfigWatches, Informer, Probe, Runtime, StartupBackoff, object_id, sharded,
 };
@@ -310,6 +312,8 @@ pub struct Context {
     config: ReloadConfig,
     metrics: Arc<ReloadMetrics>,
     recorder: Recorder,
+    /// Failures of each workload, each reported once.
+    problems: Problems,
     state: Mutex<State>,
     bucket: Mutex<TokenBucket>,
     wake: Notify,
@@ -328,6 +332,7 @@ impl Context {
     pub fn new(client: Client, config: ReloadConfig, metrics: Arc<ReloadMetrics>) -> Arc<Self> {
         Arc::new(Context {
             recorder: recorder(&client, "conflux"),
+            problems: Problems::default(),
             state: Mutex::new(State {
                 index: ConsumerIndex::new(config.options),
                 ..State::default()
@@ -516,7 +521,7 @@ async fn on_workload(ctx: &Context, kind: WorkloadKind, obj: DynamicObject) -> O
         }
     };
     let object = owned.workload().object_ref()?;
-    let problems: Vec<String> = {
+    let problems: Vec<(&'static str, String)> = {
         let mut state = ctx.state();
         // Our own patch's response may already be cached; a watch event from before it must not
         // bring back the state it replaced (that would roll a second time).
@@ -544,7 +549,7 @@ async fn on_workload(ctx: &Context, kind: WorkloadKind, obj: DynamicObject) -> O
                     e.opt_in
                         .problems()
                         .iter()
-                        .map(ToString::to_string)
+                        .map(|p| (p.reason(), p.to_string()))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -554,25 +559,39 @@ async fn on_workload(ctx: &Context, kind: WorkloadKind, obj: DynamicObject) -> O
         } else {
             state.workloads.remove(&object);
             state.pending.remove(&object);
-            Vec::new()
+            // Not opted in; perhaps because an annotation meant to opt in is malformed.
+            crate::opt_in::OptIn::of(owned.workload())
+                .problems()
+                .iter()
+                .map(|p| (p.reason(), p.to_string()))
+                .collect()
         };
         ctx.update_gauges(&state);
         problems
     };
     ctx.wake.notify_one();
-    if !problems.is_empty() {
-        let note = format!("reload annotations: {}", problems.join("; "));
-        warn!(workload = %object, %note, "reload: annotation problems");
-        let reference = reference(ctx, &object, &owned);
-        publish(
-            &ctx.recorder,
-            &reference,
-            EventType::Warning,
-            "ReloadFailed",
-            note,
-            "Reload",
-        )
-        .await;
+    // Looked at when the annotations change, reported once per distinct problem.
+    let key = format!("{object} annotations");
+    match problems.first() {
+        Some((reason, _)) => {
+            let notes: Vec<&str> = problems.iter().map(|(_, note)| note.as_str()).collect();
+            let note = format!("reload annotations: {}", notes.join("; "));
+            let reference = reference(ctx, &object, &owned);
+            ctx.problems
+                .report(
+                    &ctx.recorder,
+                    &reference,
+                    &key,
+                    reason,
+                    &note,
+                    "Reload",
+                    "reload: annotation problems",
+                )
+                .await;
+        }
+        None => {
+            ctx.problems.resolve(&key);
+        }
     }
     Some(object)
 }
@@ -895,6 +914,7 @@ async fn decide_and_act(
             match result {
                 Ok(()) => {
                     ctx.state().failures.remove(&plan.object);
+                    ctx.problems.resolve(&plan.object.to_string());
                     let short = &hash.hex[..hash.hex.len().min(12)];
                     let why = if plan.causes.is_empty() {
                         "watched configuration changed".to_owned()
@@ -981,17 +1001,19 @@ async fn fail(ctx: &Context, plan: &Plan, err: Error) {
         delay
     };
     ctx.wake.notify_one();
-    warn!(workload = %plan.object, reason = err.reason(), error = %err, retry_in = ?delay, "reload: failed, will retry");
+    debug!(workload = %plan.object, reason = err.reason(), retry_in = ?delay, "reload: retrying with backoff");
     let reference = reference(ctx, &plan.object, &plan.workload);
-    publish(
-        &ctx.recorder,
-        &reference,
-        EventType::Warning,
-        "ReloadFailed",
-        format!("{err}; retrying in {delay:?}"),
-        "Reload",
-    )
-    .await;
+    ctx.problems
+        .report(
+            &ctx.recorder,
+            &reference,
+            &plan.object.to_string(),
+            "ReloadFailed",
+            &format!("{err}; retrying with backoff"),
+            "Reload",
+            "reload: failed, will retry",
+        )
+        .await;
 }
 
 /// Server-side applies `patch` (field manager [`FIELD_MANAGER`], forced) and keeps the returned

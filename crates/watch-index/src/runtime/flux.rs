@@ -27,7 +27,7 @@ use tracing::{debug, info, warn};
 
 use super::events::{bounded, publish, recorder};
 use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
-use super::{ConfigWatches, Health, Informer, Probe, Runtime, StartupBackoff, sharded};
+use super::{Change, ConfigWatches, Health, Informer, Probe, Runtime, StartupBackoff, sharded};
 use crate::refs::{
     ConfigKey, HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet,
 };
@@ -128,7 +128,7 @@ pub async fn run(
 ) {
     let health = runtime.health().part("flux-trigger");
     let client = runtime.client();
-    let index = ReferrerIndex::with_metrics(ReferenceSet::flux(), metrics.trigger.clone());
+    let index = ReferrerIndex::with_events(ReferenceSet::flux(), metrics.trigger.clone(), &client);
     let exec = Arc::new(Executor {
         recorder: recorder(&client, "conflux"),
         client: client.clone(),
@@ -258,6 +258,11 @@ async fn discover(
         // Once everything is listed, ask for what changed while conflux was not watching.
         exec.catching_up
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        tokio::spawn(record_new_referrers(
+            exec.clone(),
+            informer.subscribe(&format!("new {kind} baselines")),
+            ar.clone(),
+        ));
         let exec = exec.clone();
         tokio::spawn(async move {
             informer.wait_synced().await;
@@ -270,6 +275,48 @@ async fn discover(
         found.insert(key);
     }
     Ok(found)
+}
+
+/// Records the digest of referrers created (or first given references) while conflux runs, as
+/// the start-up catch-up does for those that existed before: without it, a change made while
+/// conflux is down would be taken for the first sight of such a referrer, and missed.
+async fn record_new_referrers(
+    exec: Arc<Executor>,
+    mut sub: super::Subscription<DynamicObject>,
+    ar: ApiResource,
+) {
+    while let Some(change) = sub.recv().await {
+        let Change::Applied(obj) = change else {
+            continue;
+        };
+        let recorded = obj
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(OBSERVED_ANNOTATION));
+        if recorded || obj.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Ok(mut value) = serde_json::to_value(&*obj) else {
+            continue;
+        };
+        value["apiVersion"] = ar.api_version.as_str().into();
+        value["kind"] = ar.kind.as_str().into();
+        let keys = exec.index.references_in(&value);
+        if keys.is_empty() {
+            continue;
+        }
+        let object = ObjectRef::new(
+            ar.group.as_str(),
+            ar.kind.as_str(),
+            obj.metadata.namespace.clone().unwrap_or_default(),
+            obj.metadata.name.clone().unwrap_or_default(),
+        );
+        let digest = exec.digest_of(keys).await;
+        if exec.claim(&object, &digest) {
+            exec.record(&object, &ar, &digest).await;
+        }
+    }
 }
 
 impl Executor {
@@ -329,9 +376,15 @@ impl Executor {
     /// (upstream mode) or data hash (data-hash mode) when it matches the watch selector, `-`
     /// otherwise.
     async fn digest(&self, object: &ObjectRef) -> String {
+        let keys: Vec<ConfigKey> = self.index.read().references_of(object).cloned().collect();
+        self.digest_of(keys).await
+    }
+
+    /// The digest of `keys` (see [`Executor::digest`]).
+    async fn digest_of(&self, mut keys: Vec<ConfigKey>) -> String {
         use sha2::{Digest, Sha256};
-        let mut keys: Vec<ConfigKey> = self.index.read().references_of(object).cloned().collect();
         keys.sort();
+        keys.dedup();
         let mut hasher = Sha256::new();
         for key in keys {
             let meta = self.configs.meta(key.kind, &key.namespace, &key.name);

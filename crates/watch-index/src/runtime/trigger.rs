@@ -58,10 +58,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
 use super::configs::{ConfigResource, ConfigWatches};
-use super::events::bounded;
+use super::events::{Problems, bounded};
 use super::informer::{Change, Informer, Watched};
 use crate::index::{DependencyOrder, ReverseIndex};
-use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet};
+use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet, flux_reference_problems};
 use crate::trigger::{self, Decision, Event as ConfigEvent, Mode, Observed, Trigger, Why};
 
 /// Labels of a ConfigMap/Secret event seen by the trigger.
@@ -107,6 +107,52 @@ impl TriggerMetrics {
     }
 }
 
+/// Reports (or clears) the malformed reference lists of one referrer, on a task of its own so
+/// that indexing never waits for the API server.
+fn report_malformed(
+    reporter: &Reporter,
+    value: &serde_json::Value,
+    meta: &kube::api::ObjectMeta,
+    object: &ObjectRef,
+) {
+    let key = object.to_string();
+    let problems = flux_reference_problems(value);
+    if problems.is_empty() {
+        reporter.problems.resolve(&key);
+        return;
+    }
+    let reference = k8s_openapi::api::core::v1::ObjectReference {
+        api_version: value
+            .get("apiVersion")
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned),
+        kind: Some(object.kind.to_string()),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        ..Default::default()
+    };
+    let message = format!(
+        "malformed config references (ignored): {}",
+        problems.join("; ")
+    );
+    let recorder = reporter.recorder.clone();
+    let tracker = reporter.problems.clone();
+    tokio::spawn(async move {
+        tracker
+            .report(
+                &recorder,
+                &reference,
+                &key,
+                "InvalidReference",
+                &message,
+                "Index",
+                "flux-trigger: malformed references",
+            )
+            .await;
+    });
+}
+
 /// The referrer → config index, fed by informers of the referrer kinds. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ReferrerIndex {
@@ -121,6 +167,20 @@ struct IndexInner {
     /// One flag per feed: listed at least once.
     feeds: Mutex<Vec<Arc<AtomicBool>>>,
     metrics: Arc<TriggerMetrics>,
+    /// Where malformed reference lists of Flux objects are reported, when set.
+    reporter: Option<Reporter>,
+}
+
+/// Reports malformed reference lists ([`flux_reference_problems`]) once per object and problem.
+struct Reporter {
+    recorder: kube::runtime::events::Recorder,
+    problems: Arc<Problems>,
+}
+
+impl std::fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reporter").finish_non_exhaustive()
+    }
 }
 
 impl ReferrerIndex {
@@ -131,12 +191,27 @@ impl ReferrerIndex {
 
     /// Same, reporting the index size in `metrics`.
     pub fn with_metrics(refs: ReferenceSet, metrics: Arc<TriggerMetrics>) -> Self {
+        Self::build(refs, metrics, None)
+    }
+
+    /// Same, also reporting Flux objects whose `substituteFrom`/`valuesFrom` lists are malformed
+    /// (a Warning Event `InvalidReference` on the object and one log line, once per problem).
+    pub fn with_events(refs: ReferenceSet, metrics: Arc<TriggerMetrics>, client: &Client) -> Self {
+        let reporter = Reporter {
+            recorder: super::events::recorder(client, "conflux"),
+            problems: Arc::new(Problems::default()),
+        };
+        Self::build(refs, metrics, Some(reporter))
+    }
+
+    fn build(refs: ReferenceSet, metrics: Arc<TriggerMetrics>, reporter: Option<Reporter>) -> Self {
         ReferrerIndex {
             inner: Arc::new(IndexInner {
                 index: RwLock::new(ReverseIndex::new()),
                 refs,
                 feeds: Mutex::new(Vec::new()),
                 metrics,
+                reporter,
             }),
         }
     }
@@ -204,6 +279,9 @@ impl ReferrerIndex {
         };
         value["apiVersion"] = api_version.into();
         value["kind"] = kind.into();
+        if let Some(reporter) = &self.inner.reporter {
+            report_malformed(reporter, &value, obj.meta(), &object);
+        }
         let referrer = self.inner.refs.extract(&value);
         {
             let mut index = self.write();
@@ -226,6 +304,16 @@ impl ReferrerIndex {
         metrics
             .index_keys
             .set(i64::try_from(stats.keys).unwrap_or(i64::MAX));
+    }
+
+    /// The configs an object (as JSON, with `apiVersion` and `kind`) references, read from the
+    /// object itself rather than from the index (which may not have seen this version yet).
+    pub fn references_in(&self, obj: &serde_json::Value) -> Vec<ConfigKey> {
+        self.inner
+            .refs
+            .extract(obj)
+            .map(|r| r.references.into_iter().map(|r| r.key).collect())
+            .unwrap_or_default()
     }
 
     /// Reads the index.
