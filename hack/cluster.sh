@@ -246,7 +246,19 @@ start_cluster() {
     printf '%s,admin,admin-uid,"system:masters"\n' "$admin_token"
     printf '%s,alice,alice-uid,"tenants"\n' "$(openssl rand -hex 16)"
     printf '%s,bob,bob-uid,"tenants"\n' "$(openssl rand -hex 16)"
+    # An admin whose every request is written to the audit log (tests count requests with it).
+    printf '%s,audited,audited-uid,"system:masters"\n' "$(openssl rand -hex 16)"
   } >"$dir/certs/tokens.csv"
+  # Audit only the user `audited`, at Metadata level (never a request or response body).
+  cat >"$dir/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [audited]
+- level: None
+POLICY
 
   log "starting etcd on 127.0.0.1:$etcd_port"
   start_bg etcd "$dir" "$bin_dir/etcd" \
@@ -278,6 +290,8 @@ start_cluster() {
     --service-cluster-ip-range 10.96.0.0/16 \
     --endpoint-reconciler-type none \
     --enable-priority-and-fairness=false \
+    --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" \
+    --audit-log-maxsize 200 --audit-log-maxbackup 1 \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000
   if ! wait_for kube-apiserver 240 "$dir/kube-apiserver.log" \
     curl -sf --cacert "$dir/certs/ca.crt" -H "Authorization: Bearer $admin_token" "https://127.0.0.1:$api_port/readyz"; then

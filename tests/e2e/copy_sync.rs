@@ -174,7 +174,7 @@ async fn copy_from_copies_data_binary_data_and_secret_type_but_no_source_metadat
             "metadata": {"name": "registry", "labels": {"reconcile.fluxcd.io/watch": "Enabled"},
                          "annotations": {ALLOWED: "pull-dst-*"}},
             "type": "kubernetes.io/basic-auth",
-            "data": {"username": b64("fake-user"), "password": b64("fake-password")},
+            "data": {"username": b64("fake-user"), "password": b64(conflux_tests::leak::marker())},
         }),
     )
     .await;
@@ -217,7 +217,11 @@ async fn copy_from_copies_data_binary_data_and_secret_type_but_no_source_metadat
     )
     .await;
     assert!(
-        secret_data(&copy) == bytes(&[("password", "fake-password"), ("username", "fake-user")]),
+        secret_data(&copy)
+            == bytes(&[
+                ("password", conflux_tests::leak::marker()),
+                ("username", "fake-user")
+            ]),
         "the copy holds exactly the source's Secret data"
     );
     assert!(
@@ -312,7 +316,7 @@ async fn cross_namespace_copy_is_refused_without_consent_and_allowed_with_it() {
         json!({
             "apiVersion": "v1", "kind": "Secret",
             "metadata": {"name": "db", "annotations": annotations},
-            "data": {"password": b64("fake-db-password")},
+            "data": {"password": b64(conflux_tests::leak::marker())},
         })
     };
     apply(&client, &src, source(json!({}))).await;
@@ -329,7 +333,7 @@ async fn cross_namespace_copy_is_refused_without_consent_and_allowed_with_it() {
         "the refusal names the consent annotation: {note}"
     );
     assert!(
-        !note.contains("fake-db-password"),
+        !note.contains(conflux_tests::leak::marker()),
         "Events never carry data"
     );
     let refused = secret(&client, &dst, "db").await.expect("target exists");
@@ -351,7 +355,7 @@ async fn cross_namespace_copy_is_refused_without_consent_and_allowed_with_it() {
         WAIT,
         || async {
             let s = secret(&client, &dst, "db").await?;
-            (secret_data(&s) == bytes(&[("password", "fake-db-password")])).then_some(())
+            (secret_data(&s) == bytes(&[("password", conflux_tests::leak::marker())])).then_some(())
         },
     )
     .await;

@@ -173,7 +173,7 @@ async fn apply_secret(client: &Client, ns: &str, name: &str, labelled: bool, tok
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": name, "labels": labels},
-        "stringData": {"token": token},
+        "stringData": {"token": token, "leak": conflux_tests::leak::pem()},
     });
     Api::<Secret>::namespaced(client.clone(), ns)
         .patch(
@@ -195,6 +195,7 @@ async fn start_controller(cluster: &Cluster, ns: &str, mode: Mode) -> tokio::tas
         namespace: Some(ns.to_owned()),
         concurrent: 4,
     };
+    conflux_tests::leak::capture_logs();
     let runtime = Runtime::new(client);
     let configs = ConfigWatches::start(&runtime, Some(ns));
     let health = runtime.health().clone();
@@ -401,6 +402,7 @@ async fn upstream_mode_fires_exactly_like_flux() {
         .await;
 
     controller.abort();
+    conflux_tests::leak::assert_log_clean();
 }
 
 #[tokio::test]
@@ -459,4 +461,5 @@ async fn data_hash_mode_ignores_metadata_only_writes() {
         .await;
 
     controller.abort();
+    conflux_tests::leak::assert_log_clean();
 }

@@ -8,6 +8,7 @@
 //! built them) and isolates itself in a unique namespace from [`Cluster::namespace`].
 
 pub mod fault_proxy;
+pub mod leak;
 pub mod objects;
 pub mod props;
 
@@ -130,6 +131,22 @@ fn spawn_reaper(script: &Path, dir: &Path) -> Result<(), String> {
         })
 }
 
+/// Makes sure process `pid` (a helper this test process started, such as a shared `conflux`)
+/// is SIGKILLed once this test process is gone, however it ends.
+pub fn reap_with_this_process(pid: u32) {
+    let watch = format!(
+        "while kill -0 {me} 2>/dev/null; do sleep 0.5; done; kill -9 {pid} 2>/dev/null",
+        me = std::process::id(),
+    );
+    let _ = Command::new("bash")
+        .arg("-c")
+        .arg(watch)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+}
+
 fn stop(script: &Path, dir: &Path) {
     let _ = Command::new("bash")
         .arg(script)
@@ -183,6 +200,44 @@ impl Cluster {
         let mut config = self.config().await;
         config.auth_info.token = Some(token.into());
         Client::try_from(config).unwrap_or_else(|e| panic!("building client: {e}"))
+    }
+
+    /// A kubeconfig file for one of the static-token users (the admin's server and CA, TLS
+    /// verified, and the user's token), written owner-only next to the cluster's own. The user
+    /// `audited` is an admin whose every request the API server writes to [`Cluster::audit_log`].
+    pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
+        let tokens = std::fs::read_to_string(self.dir.join("certs/tokens.csv"))
+            .unwrap_or_else(|e| panic!("reading tokens.csv: {e}"));
+        let token = tokens
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split(',');
+                let token = fields.next()?;
+                (fields.next()? == user).then(|| token.to_owned())
+            })
+            .unwrap_or_else(|| panic!("no static token for user {user}"));
+        let admin = std::fs::read_to_string(&self.kubeconfig)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
+        let mut out = String::new();
+        for line in admin.lines() {
+            match line.trim_start().strip_prefix("token: ") {
+                Some(_) => out.push_str(&format!("    token: {token}\n")),
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+        let path = self.dir.join(format!("{user}.kubeconfig"));
+        std::fs::write(&path, out).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+        path
+    }
+
+    /// The API server's audit log (requests of the user `audited`, metadata only).
+    pub fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
     }
 
     /// Creates a namespace with a unique name starting with `prefix` and returns its name.

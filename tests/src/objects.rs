@@ -22,6 +22,8 @@ pub async fn apply(client: &Client, manager: &str, object: &Value) {
         "ConfigMap" => "configmaps",
         "Secret" => "secrets",
         "Deployment" => "deployments",
+        "ServiceAccount" => "serviceaccounts",
+        "CronJob" => "cronjobs",
         "Kustomization" => "kustomizations",
         "ConfigSync" => "configsyncs",
         other => panic!("no plural for {other}"),

@@ -85,6 +85,7 @@ impl Operator {
         namespace: Option<&str>,
         resource_set_targets: bool,
     ) -> Self {
+        conflux_tests::leak::capture_logs();
         let client = cluster.client().await;
         let selector = Selector::parse(&format!("{SHARD}={shard}")).expect("shard selector");
         let metrics = Arc::new(CopyMetrics::default());
@@ -136,6 +137,7 @@ impl Drop for Operator {
         for task in &self.tasks {
             task.abort();
         }
+        conflux_tests::leak::assert_log_clean();
     }
 }
 

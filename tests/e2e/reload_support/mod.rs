@@ -88,6 +88,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.task.abort();
+        conflux_tests::leak::assert_log_clean();
     }
 }
 
@@ -114,6 +115,7 @@ pub async fn start_with(cluster: &Cluster, config: ReloadConfig) -> Running {
 /// Starts the controller with `client` (e.g. a user with few permissions) and waits until it is
 /// ready.
 pub async fn start_as(client: Client, config: ReloadConfig) -> Running {
+    conflux_tests::leak::capture_logs();
     let metrics = Arc::new(ReloadMetrics::default());
     let runtime = Runtime::new(client.clone());
     let configs = ConfigWatches::start(&runtime, config.namespace.as_deref());
@@ -188,8 +190,17 @@ pub async fn apply_cm(client: &Client, ns: &str, name: &str, data: Value, annota
 
 /// Applies a Secret with `string_data`.
 pub async fn apply_secret(client: &Client, ns: &str, name: &str, string_data: Value) {
+    // Every Secret also holds the leak marker (checked in the captured log when the controller
+    // stops).
+    let mut data: serde_json::Map<String, Value> = conflux_tests::leak::string_data()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    if let Value::Object(given) = string_data {
+        data.extend(given);
+    }
     let secret = json!({"apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": name}, "stringData": string_data});
+        "metadata": {"name": name}, "stringData": data});
     apply_as(client, ns, TEST_MANAGER, &secret).await;
 }
 

@@ -120,7 +120,7 @@ impl Conflux {
                 "run",
                 "--controllers=copy,sync,reload,flux-trigger",
                 "--log-encoding=console",
-                "--log-level=info",
+                "--log-level=debug",
                 "--reload-debounce=500ms",
                 "--sync-source-namespaces=",
                 &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
@@ -174,8 +174,11 @@ impl Conflux {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM and wait.
+    /// SIGTERM and wait; first, the Secret leak check over its metrics and its whole log (debug
+    /// level) so far.
     pub fn stop(&mut self) {
+        conflux_tests::leak::assert_clean("metrics", &self.metrics());
+        conflux_tests::leak::assert_clean("the conflux log", &self.log_text());
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -341,7 +344,7 @@ impl World {
             &json!({
                 "apiVersion": "v1", "kind": "Secret",
                 "metadata": {"name": "fan", "namespace": self.src},
-                "stringData": {"v": v.to_string()},
+                "stringData": secret_data(v),
             }),
         )
         .await;
@@ -502,6 +505,7 @@ impl World {
 
     /// None doubled: at most one rollout and one reconcile request per change (and at least one).
     pub async fn assert_not_doubled(&self, changes: u32) {
+        self.assert_no_leak_in_events().await;
         let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.src);
         let d = deployments.get("web").await.expect("Deployment");
         // The controller-manager counts template changes; only conflux changes the template.
@@ -519,6 +523,19 @@ impl World {
             requests <= changes,
             "{requests} reconcile requests for {changes} changes"
         );
+    }
+
+    /// The Secret leak check over every Event of the world's namespaces.
+    async fn assert_no_leak_in_events(&self) {
+        for ns in std::iter::once(&self.src).chain(&self.targets) {
+            let events: Api<Event> = Api::namespaced(self.client.clone(), ns);
+            let list = events
+                .list(&ListParams::default())
+                .await
+                .expect("list events");
+            let text = serde_json::to_string(&list.items).expect("JSON");
+            conflux_tests::leak::assert_clean(&format!("Events in {ns}"), &text);
+        }
     }
 
     /// Occurrences of Events with `reason` about one object (series counted).
@@ -539,6 +556,16 @@ impl World {
             .map(|e| e.series.as_ref().map_or(1, |s| s.count.max(1) as u32))
             .sum()
     }
+}
+
+/// The fanned-out Secret's data: the value `v` and the leak marker in all its shapes.
+fn secret_data(v: u32) -> Value {
+    let mut data: serde_json::Map<String, Value> = conflux_tests::leak::string_data()
+        .into_iter()
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    data.insert("v".to_owned(), Value::String(v.to_string()));
+    Value::Object(data)
 }
 
 /// The Deployment's revision once the controller-manager has caught up with its template.
