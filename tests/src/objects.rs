@@ -24,6 +24,7 @@ pub async fn apply(client: &Client, manager: &str, object: &Value) {
         "Deployment" => "deployments",
         "ServiceAccount" => "serviceaccounts",
         "CronJob" => "cronjobs",
+        "RoleBinding" => "rolebindings",
         "Kustomization" => "kustomizations",
         "ConfigSync" => "configsyncs",
         other => panic!("no plural for {other}"),

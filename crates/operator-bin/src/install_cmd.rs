@@ -12,6 +12,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use copy_core::runtime::protect;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
@@ -135,14 +136,20 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         })?);
     }
     let election = format!("{NAME}-leader-election");
+    let leases = rule(
+        "coordination.k8s.io",
+        &["leases"],
+        &["get", "create", "patch"],
+    );
     docs.push(to_doc(&Role {
         metadata: meta(Some(ns), &election),
         // kube-lease-manager reads, creates and patches the Lease (watch-index runtime::leader).
-        rules: Some(vec![rule(
-            "coordination.k8s.io",
-            &["leases"],
-            &["get", "create", "patch"],
-        )]),
+        // The protect webhook keeps its generated certificate in a Secret here.
+        rules: Some(if controllers.contains(&ControllerName::Protect) {
+            vec![leases, rule("", &["secrets"], &["create", "update"])]
+        } else {
+            vec![leases]
+        }),
     })?);
     let (role_ref, subjects) = binding("Role", &election, ns);
     let metadata = meta(Some(ns), &election);
@@ -151,7 +158,17 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         role_ref,
         subjects,
     })?);
-    docs.push(to_doc(&metrics_service(ns))?);
+    let metrics_name = format!("{NAME}-metrics");
+    docs.push(to_doc(&service(
+        ns,
+        &metrics_name,
+        "metrics",
+        METRICS_PORT,
+    ))?);
+    if controllers.contains(&ControllerName::Protect) {
+        // The API server calls the webhook through this Service (protect::SERVICE), port 443.
+        docs.push(to_doc(&service(ns, protect::SERVICE, "webhook", 443))?);
+    }
     docs.push(to_doc(&deployment(
         ns,
         &image,
@@ -229,6 +246,20 @@ fn controller_rules(controller: ControllerName) -> Vec<PolicyRule> {
             rule(HELM_GROUP, &["helmreleases"], &lwp),
             rule(NOTIFICATION_GROUP, &["receivers"], &lwp),
         ],
+        // Sources are labelled (server-side apply of metadata); the webhook registers itself.
+        ControllerName::Protect => vec![
+            rule("", &["configmaps", "secrets"], &["patch"]),
+            rule(
+                copy_core::config_sync::GROUP,
+                &[&copy_core::ConfigSync::plural(&())],
+                &["list", "watch"],
+            ),
+            rule(
+                "admissionregistration.k8s.io",
+                &["validatingwebhookconfigurations"],
+                &["get", "create", "patch"],
+            ),
+        ],
     }
 }
 
@@ -239,6 +270,7 @@ fn deployment(
     extra_args: &[String],
 ) -> Deployment {
     let names: Vec<&str> = controllers.iter().map(|c| c.as_str()).collect();
+    let protects = controllers.contains(&ControllerName::Protect);
     let mut args = vec![
         "run".to_owned(),
         format!("--controllers={}", names.join(",")),
@@ -287,10 +319,17 @@ fn deployment(
             env_from_field("RUNTIME_NAMESPACE", "metadata.namespace"),
             env_from_field("POD_NAME", "metadata.name"),
         ]),
-        ports: Some(vec![
-            port("metrics", METRICS_PORT),
-            port("healthz", HEALTH_PORT),
-        ]),
+        ports: Some(
+            [
+                ("metrics", METRICS_PORT),
+                ("healthz", HEALTH_PORT),
+                ("webhook", 9443),
+            ]
+            .into_iter()
+            .filter(|(name, _)| *name != "webhook" || protects)
+            .map(|(name, p)| port(name, p))
+            .collect(),
+        ),
         readiness_probe: Some(probe("/readyz")),
         liveness_probe: Some(probe("/healthz")),
         resources: Some(ResourceRequirements {
@@ -351,17 +390,18 @@ fn deployment(
     }
 }
 
-fn metrics_service(ns: &str) -> Service {
+/// A ClusterIP Service `name` in front of the container port named `port_name`.
+fn service(ns: &str, name: &str, port_name: &str, port: i32) -> Service {
     Service {
-        metadata: meta(Some(ns), &format!("{NAME}-metrics")),
+        metadata: meta(Some(ns), name),
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".to_owned()),
             selector: selector().match_labels,
             ports: Some(vec![ServicePort {
-                name: Some("metrics".to_owned()),
-                port: METRICS_PORT,
+                name: Some(port_name.to_owned()),
+                port,
                 protocol: Some("TCP".to_owned()),
-                target_port: Some(IntOrString::String("metrics".to_owned())),
+                target_port: Some(IntOrString::String(port_name.to_owned())),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()

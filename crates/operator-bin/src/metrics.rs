@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use copy_core::runtime::CopyMetrics;
+use copy_core::runtime::protect::ProtectMetrics;
 use prometheus_client::registry::Registry;
 use reloader::runtime::ReloadMetrics;
 use std::time::Duration;
@@ -33,6 +34,8 @@ pub struct Metrics {
     pub reload: Arc<ReloadMetrics>,
     /// Leader election (`conflux_leader_election_master_status`).
     pub leader: Arc<LeaderMetrics>,
+    /// The protect controller's (`conflux_protect_*`).
+    pub protect: Arc<ProtectMetrics>,
 }
 
 impl Metrics {
@@ -44,6 +47,7 @@ impl Metrics {
         self.copy.register(sub);
         self.reload.register(sub);
         self.leader.register(sub);
+        self.protect.register(sub);
     }
 }
 
@@ -158,25 +162,5 @@ fn respond(
             }
         }
         _ => (StatusCode::NOT_FOUND, TEXT, "not found\n".into()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn probes_name_the_parts_that_are_not_ready() {
-        let registry = Registry::default();
-        let health = Health::new("conflux");
-        let copy = health.part("copy");
-        let (status, _, body) = respond(Endpoints::Health, "/readyz", &registry, &health);
-        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(body, "conflux/copy: not ready\n");
-        let (status, _, _) = respond(Endpoints::Health, "/healthz", &registry, &health);
-        assert_eq!(status, StatusCode::OK, "not ready is still live");
-        copy.set_ready(true);
-        let (status, _, body) = respond(Endpoints::Health, "/readyz", &registry, &health);
-        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
     }
 }

@@ -3,19 +3,20 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use copy_core::protect::Policy;
 use copy_core::runtime::copy::{self, CopyConfig};
+use copy_core::runtime::protect::{self, ProtectConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
 use watch_index::runtime::flux::{self, FluxTriggerConfig};
 use watch_index::runtime::leader::{self, LeaderElectionConfig};
-use watch_index::runtime::{ConfigWatches, Runtime};
+use watch_index::runtime::{ConfigWatches, Runtime, shutdown_signal};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
 
@@ -23,7 +24,7 @@ use crate::metrics::{self, Endpoints, Metrics};
 use crate::telemetry::{self, LogEncoding};
 
 /// The controllers `--controllers` can name (docs/design.md section 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum ControllerName {
     /// Pull copies (`fluxcd.controlplane.io/copyFrom`).
     Copy,
@@ -33,15 +34,18 @@ pub enum ControllerName {
     Reload,
     /// `reconcile.fluxcd.io/requestedAt` on Flux objects whose referenced config changed.
     FluxTrigger,
+    /// The admission webhook that protects copied-from sources (off by default).
+    Protect,
 }
 
 impl ControllerName {
     /// Every controller, in the order `--help` lists them.
-    pub const ALL: [ControllerName; 4] = [
+    pub const ALL: [ControllerName; 5] = [
         ControllerName::Copy,
         ControllerName::Sync,
         ControllerName::Reload,
         ControllerName::FluxTrigger,
+        ControllerName::Protect,
     ];
 
     /// The name used on the command line.
@@ -51,6 +55,7 @@ impl ControllerName {
             ControllerName::Sync => "sync",
             ControllerName::Reload => "reload",
             ControllerName::FluxTrigger => "flux-trigger",
+            ControllerName::Protect => "protect",
         }
     }
 }
@@ -61,30 +66,13 @@ impl fmt::Display for ControllerName {
     }
 }
 
-impl FromStr for ControllerName {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ControllerName::ALL
-            .into_iter()
-            .find(|c| c.as_str() == s.trim())
-            .ok_or_else(|| {
-                let names: Vec<_> = ControllerName::ALL.iter().map(|c| c.as_str()).collect();
-                format!(
-                    "unknown controller '{s}', expected one of: {}",
-                    names.join(", ")
-                )
-            })
-    }
-}
-
 /// Flux's default for `--watch-configs-label-selector`.
 pub const DEFAULT_WATCH_CONFIGS_LABEL_SELECTOR: &str = "reconcile.fluxcd.io/watch=Enabled";
 
 /// Flags of `conflux run`. Names follow Flux's controllers where Flux has the flag.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// Controllers to run, comma-separated: copy, sync, reload, flux-trigger.
+    /// Controllers to run, comma-separated: copy, sync, reload, flux-trigger, protect.
     #[arg(long, value_delimiter = ',', default_value = "copy,sync,reload")]
     pub controllers: Vec<ControllerName>,
 
@@ -187,6 +175,38 @@ pub struct RunArgs {
     /// How often the leader renews the lease and the others try to acquire it.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub leader_election_retry_period: Duration,
+
+    /// Address of the protect controller's HTTPS admission webhook.
+    #[arg(long, default_value = ":9443")]
+    pub webhook_addr: String,
+
+    /// URL the API server calls the webhook at; by default the Service conflux-webhook in
+    /// RUNTIME_NAMESPACE.
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+
+    /// Directory with the webhook's tls.crt and tls.key (and ca.crt); by default a self-signed
+    /// certificate is kept in the Secret conflux-webhook-cert and rotated.
+    #[arg(long)]
+    pub webhook_cert_dir: Option<std::path::PathBuf>,
+
+    /// Groups allowed to delete or change protected objects, comma-separated (besides
+    /// system:masters and conflux itself).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub protect_allow_groups: Vec<String>,
+
+    /// Users allowed to delete or change protected objects, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub protect_allow_users: Vec<String>,
+}
+
+/// The trimmed, non-empty entries of a comma-separated flag.
+fn non_empty(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .collect()
 }
 
 /// Name of the leader election Lease.
@@ -228,6 +248,8 @@ pub struct RunPlan {
     pub configs_namespace: Option<String>,
     /// The leader election, when enabled.
     pub leader_election: Option<LeaderElectionConfig>,
+    /// The protect webhook, when the protect controller runs.
+    pub protect: Option<ProtectConfig>,
 }
 
 impl RunArgs {
@@ -273,12 +295,7 @@ impl RunArgs {
         }
         metrics::parse_bind_addr("--metrics-addr", &self.metrics_addr)?;
         metrics::parse_bind_addr("--health-addr", &self.health_addr)?;
-        let sync_source_namespaces: Vec<String> = self
-            .sync_source_namespaces
-            .iter()
-            .map(|ns| ns.trim().to_owned())
-            .filter(|ns| !ns.is_empty())
-            .collect();
+        let sync_source_namespaces = non_empty(&self.sync_source_namespaces);
         let leader_election = if self.enable_leader_election {
             if self.runtime_namespace.is_empty() {
                 bail!("--enable-leader-election needs --runtime-namespace or RUNTIME_NAMESPACE");
@@ -294,6 +311,24 @@ impl RunArgs {
         } else {
             None
         };
+        let protect = match controllers.contains(&ControllerName::Protect) {
+            false => None,
+            true if self.webhook_url.is_none() && self.runtime_namespace.is_empty() => {
+                bail!("the protect controller needs --webhook-url, or RUNTIME_NAMESPACE")
+            }
+            true => Some(ProtectConfig {
+                addr: metrics::parse_bind_addr("--webhook-addr", &self.webhook_addr)?
+                    .context("--webhook-addr cannot be 0 when the protect controller runs")?,
+                url: self.webhook_url.clone(),
+                cert_dir: self.webhook_cert_dir.clone(),
+                namespace: self.runtime_namespace.clone(),
+                policy: Policy {
+                    allow_users: non_empty(&self.protect_allow_users),
+                    allow_groups: non_empty(&self.protect_allow_groups),
+                    ..Policy::default()
+                },
+            }),
+        };
         let configs_namespace = if controllers.contains(&ControllerName::Copy) {
             None
         } else {
@@ -302,6 +337,7 @@ impl RunArgs {
         Ok(RunPlan {
             configs_namespace,
             leader_election,
+            protect,
             controllers,
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
@@ -369,6 +405,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // The shared ConfigMap/Secret watches belong to the process, not to a leadership term: they
     // stay warm on replicas that do not lead.
     let configs = ConfigWatches::start(&runtime, plan.configs_namespace.as_deref());
+    // The webhook answers on every replica (its decisions read only the object).
+    if let Some(config) = plan.protect.clone() {
+        tokio::spawn(protect::serve(
+            runtime.clone(),
+            config,
+            metrics.protect.clone(),
+        ));
+    }
     let Some(election) = plan.leader_election.clone() else {
         let mut tasks = start_controllers(&plan, &runtime, &configs, &metrics);
         return tokio::select! {
@@ -434,6 +478,11 @@ fn start_controllers(
                 );
                 tasks.spawn(reload::run(rt, configs, ctx));
             }
+            ControllerName::Protect => {
+                let excluded = Policy::default().excluded_namespaces;
+                let ctx = protect::Context::new(client.clone(), excluded, metrics.protect.clone());
+                tasks.spawn(protect::run(rt, configs, ctx));
+            }
         }
     }
     tasks
@@ -448,25 +497,4 @@ async fn supervise(tasks: &mut tokio::task::JoinSet<()>) -> anyhow::Error {
     };
     error!(error = %format!("{err:#}"), "controller failed");
     err
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {}
-        () = term => {}
-    }
 }

@@ -40,10 +40,14 @@ const RBAC_KINDS: [&str; 7] = [
     "RoleBinding",
 ];
 
-/// The documents of `conflux install --export` (defaults: every controller).
+/// The documents of `conflux install --export` with every controller.
 fn export() -> Vec<Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_conflux"))
-        .args(["install", "--export"])
+        .args([
+            "install",
+            "--export",
+            "--controllers=copy,sync,reload,flux-trigger,protect",
+        ])
         .output()
         .expect("run conflux install --export");
     assert!(
@@ -250,10 +254,19 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
     // copy, a ConfigSync fan-out into two namespaces, a Kustomization `requestedAt` and a
     // Deployment rollout (World, shared with the fault scenarios).
     let world = World::setup(&admin, "rbac", 2).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port");
     let mut conflux = Conflux::start_with(
         &kubeconfig,
         "rbac",
-        &["--enable-leader-election"],
+        &[
+            "--enable-leader-election",
+            "--controllers=protect",
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
+        ],
         &[("RUNTIME_NAMESPACE", NS), ("POD_NAME", "conflux-rbac-0")],
     );
     conflux.wait_ready().await;
@@ -281,6 +294,44 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
         }
     })
     .await;
+    // The protect controller: its certificate Secret, its webhook registration, and the label on
+    // the ConfigSync's source.
+    let fan: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(admin.clone(), world.source_namespace());
+    eventually(
+        "the fanned-out source labelled protected",
+        Duration::from_secs(60),
+        || {
+            let fan = fan.clone();
+            async move {
+                let s = fan.get("fan").await.ok()?;
+                let labels = s.metadata.labels?;
+                (labels
+                    .get("protect.conflux.dev/protected")
+                    .map(String::as_str)
+                    == Some("true"))
+                .then_some(())
+            }
+        },
+    )
+    .await;
+    let certs: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
+    assert!(
+        certs
+            .get_opt("conflux-webhook-cert")
+            .await
+            .expect("read")
+            .is_some()
+    );
+    let webhooks: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(admin.clone());
+    assert!(
+        webhooks
+            .get_opt("conflux-protect")
+            .await
+            .expect("read")
+            .is_some()
+    );
     let log = conflux.log_text();
     assert!(
         !log.contains("forbidden"),

@@ -4,12 +4,14 @@
 //! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`).
 //! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).
 //! - [`executor`]: the reads and writes of copies, each bounded in time.
+//! - [`protect`]: the admission webhook that protects sources, and the labeller that marks them.
 //!
 //! Both controllers take the process's [`ConfigWatches`](watch_index::runtime::ConfigWatches):
 //! no watch of their own on ConfigMaps or Secrets.
 
 pub mod copy;
 pub mod executor;
+pub mod protect;
 pub mod sync;
 
 use prometheus_client::encoding::EncodeLabelSet;

@@ -1,0 +1,884 @@
+//! The protect controller: a validating admission webhook that refuses deleting or rewriting the
+//! ConfigMaps and Secrets conflux copies from, and the labeller that marks them.
+//!
+//! Two halves, because they run under different rules:
+//! - [`serve`] runs on every replica (it writes no controller state): it keeps the webhook's
+//!   certificate (from `--webhook-cert-dir`, or generated into the Secret [`CERT_SECRET`] and
+//!   rotated 30 days before it expires), serves `admission.k8s.io/v1` AdmissionReviews over HTTPS
+//!   (rustls) and registers the ValidatingWebhookConfiguration [`WEBHOOK_CONFIGURATION`] with a
+//!   server-side apply, its CA bundle included. Decisions are [`crate::protect::decide`]'s, read
+//!   from the object's own labels, so any replica answers the same.
+//! - [`run`] (the leader's) computes which objects are sources (of ConfigSyncs, and of
+//!   consenting `copyFrom` copies) and keeps [`PROTECTED_LABEL`] and [`DEPENDENTS_ANNOTATION`] on
+//!   exactly those, with its own field manager.
+//!
+//! The webhook's `objectSelector` matches only [`PROTECTED_LABEL`] or [`ENABLED_LABEL`], with
+//! `failurePolicy: Fail`: an object that is not protected never reaches the webhook, so conflux
+//! being down can never block it; a protected one cannot be deleted while conflux is down (which
+//! is the point of protecting it). kube-system is never protected.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::Store;
+use kube::{Client, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tokio::net::TcpListener;
+use tracing::{debug, info, warn};
+use watch_index::runtime::configs::ConfigResource;
+use watch_index::runtime::events::bounded;
+use watch_index::runtime::{ConfigWatches, Health, Runtime};
+
+use crate::ConfigSync;
+use crate::consent;
+use crate::copy_from::copy_source;
+use crate::protect::{
+    DEPENDENTS_ANNOTATION, Dependent, ENABLED_LABEL, PROTECTED_LABEL, Policy, Request, Verdict,
+    decide, dependents_annotation,
+};
+use crate::{Error, SourceKind};
+
+/// Name of the ValidatingWebhookConfiguration conflux registers.
+pub const WEBHOOK_CONFIGURATION: &str = "conflux-protect";
+/// Name of the Secret (in the runtime namespace) holding a generated certificate.
+pub const CERT_SECRET: &str = "conflux-webhook-cert";
+/// Name of the Service in front of the webhook (as `conflux install --export` creates it).
+pub const SERVICE: &str = "conflux-webhook";
+/// Path the webhook serves.
+pub const PATH: &str = "/validate";
+/// Field manager of the labeller's and the registration's writes.
+pub const FIELD_MANAGER: &str = "conflux-protect";
+/// A generated certificate is valid this long, and replaced when less than a tenth is left.
+const CERT_VALIDITY_DAYS: i64 = 365;
+const CERT_RENEW_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+/// Annotation on [`CERT_SECRET`]: when the certificate expires (RFC 3339) and the names it is for.
+const NOT_AFTER_ANNOTATION: &str = "protect.conflux.dev/not-after";
+const NAMES_ANNOTATION: &str = "protect.conflux.dev/dns-names";
+/// How often the certificate source is looked at again.
+const CERT_POLL: Duration = Duration::from_secs(60);
+/// The largest AdmissionReview accepted (objects are at most 1.5 MiB, old and new).
+const MAX_BODY: usize = 4 << 20;
+
+/// Settings of the webhook (from `conflux run` flags).
+#[derive(Debug, Clone)]
+pub struct ProtectConfig {
+    /// `--webhook-addr`: where the HTTPS server listens.
+    pub addr: SocketAddr,
+    /// `--webhook-url`: the URL the API server calls (out of the cluster, tests); `None` for the
+    /// Service [`SERVICE`] in [`ProtectConfig::namespace`].
+    pub url: Option<String>,
+    /// `--webhook-cert-dir`: `tls.crt` and `tls.key` (and `ca.crt` when another CA signed them),
+    /// read again every minute; `None` to generate one into [`CERT_SECRET`].
+    pub cert_dir: Option<PathBuf>,
+    /// The runtime namespace (of the Service and of [`CERT_SECRET`]).
+    pub namespace: String,
+    /// Who may do anything (conflux's own identity is added by [`serve`] when in a Pod).
+    pub policy: Policy,
+}
+
+/// Labels of a webhook answer.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// `UPDATE`, `DELETE`, ...
+    pub operation: String,
+    /// `allow` or `deny`.
+    pub verdict: String,
+}
+
+/// Metrics of the protect controller.
+#[derive(Debug)]
+pub struct ProtectMetrics {
+    /// `protect_webhook_requests_total`.
+    pub requests: Family<WebhookLabels, Counter>,
+    /// `protect_webhook_duration_seconds`: time to decide and answer one review.
+    pub duration: Histogram,
+    /// `protect_protected_objects`: sources labelled by the labeller.
+    pub protected: Gauge,
+}
+
+impl Default for ProtectMetrics {
+    fn default() -> Self {
+        ProtectMetrics {
+            requests: Family::default(),
+            duration: Histogram::new([
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
+            ]),
+            protected: Gauge::default(),
+        }
+    }
+}
+
+impl ProtectMetrics {
+    /// Registers every metric in `registry` (names without a prefix).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "protect_webhook_requests",
+            "Admission reviews answered by the protect webhook",
+            self.requests.clone(),
+        );
+        registry.register(
+            "protect_webhook_duration_seconds",
+            "Time to decide and answer one admission review",
+            self.duration.clone(),
+        );
+        registry.register(
+            "protect_protected_objects",
+            "ConfigMaps and Secrets labelled protected by conflux",
+            self.protected.clone(),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The webhook
+
+/// The certificate the server presents, swapped in place when it changes.
+#[derive(Debug, Default)]
+struct CertResolver {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
+/// A certificate and key, as PEM.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CertPem {
+    cert: String,
+    key: String,
+    /// The CA bundle the API server trusts (the certificate itself when self-signed).
+    ca: String,
+}
+
+impl CertPem {
+    fn certified_key(&self) -> Result<CertifiedKey, String> {
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("tls.crt: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key.as_bytes())
+            .map_err(|e| format!("tls.key: {e}"))?;
+        let signing = rustls::crypto::ring::sign::any_supported_type(&key)
+            .map_err(|e| format!("tls.key: {e}"))?;
+        Ok(CertifiedKey::new(chain, signing))
+    }
+}
+
+/// Serves the webhook until the process ends; every step retries with backoff, and the
+/// `protect/webhook` part of readiness says whether it is serving and registered.
+pub async fn serve(runtime: Runtime, mut config: ProtectConfig, metrics: Arc<ProtectMetrics>) {
+    let health = runtime.health().part("protect").part("webhook");
+    health.set_ready(false);
+    if let Some(own) = own_service_account() {
+        config.policy.allow_users.push(own);
+    }
+    let resolver = Arc::new(CertResolver::default());
+    let listener = loop {
+        match TcpListener::bind(config.addr).await {
+            Ok(listener) => break listener,
+            Err(err) => {
+                warn!(addr = %config.addr, error = %err, reason = "BindFailed", "protect: cannot listen; retrying");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    };
+    info!(addr = %config.addr, "protect: serving the admission webhook");
+    let policy = Arc::new(config.policy.clone());
+    tokio::spawn(accept(listener, resolver.clone(), policy, metrics));
+    keep_certificate(runtime.client(), &config, &resolver, &health).await;
+}
+
+/// Loads (or generates) the certificate, and registers the webhook whenever it changes.
+async fn keep_certificate(
+    client: Client,
+    config: &ProtectConfig,
+    resolver: &CertResolver,
+    health: &Health,
+) {
+    let mut served: Option<CertPem> = None;
+    let mut registered = false;
+    let mut failing = false;
+    loop {
+        let result = async {
+            let pem = match &config.cert_dir {
+                Some(dir) => read_cert_dir(dir)?,
+                None => generated_cert(&client, config).await?,
+            };
+            if served.as_ref() != Some(&pem) {
+                let key = pem
+                    .certified_key()
+                    .map_err(|e| format!("certificate: {e}"))?;
+                *resolver.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(key));
+                served = Some(pem.clone());
+                registered = false;
+                info!("protect: certificate loaded");
+            }
+            if !registered {
+                register(&client, config, &pem.ca)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                registered = true;
+                info!(name = WEBHOOK_CONFIGURATION, "protect: webhook registered");
+            }
+            Ok::<(), String>(())
+        }
+        .await;
+        match result {
+            Ok(()) => {
+                if failing {
+                    info!("protect: webhook recovered");
+                }
+                failing = false;
+                health.set_ready(true);
+                tokio::time::sleep(CERT_POLL).await;
+            }
+            Err(err) => {
+                if !failing {
+                    warn!(error = %err, reason = "WebhookSetupFailed", "protect: cannot set up the webhook; retrying");
+                }
+                failing = true;
+                health.set_ready(served.is_some() && registered);
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        }
+    }
+}
+
+fn read_cert_dir(dir: &std::path::Path) -> Result<CertPem, String> {
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .map_err(|e| format!("{}: {e}", dir.join(name).display()))
+    };
+    let cert = read("tls.crt")?;
+    let key = read("tls.key")?;
+    let ca = read("ca.crt").unwrap_or_else(|_| cert.clone());
+    Ok(CertPem { cert, key, ca })
+}
+
+/// The DNS names (or IP) the certificate must be valid for.
+fn cert_names(config: &ProtectConfig) -> Vec<String> {
+    match &config.url {
+        Some(url) => {
+            let host = url
+                .split("://")
+                .nth(1)
+                .unwrap_or(url)
+                .split(['/', ':'])
+                .next()
+                .unwrap_or_default();
+            vec![host.to_owned()]
+        }
+        None => vec![
+            format!("{SERVICE}.{}.svc", config.namespace),
+            format!("{SERVICE}.{}.svc.cluster.local", config.namespace),
+        ],
+    }
+}
+
+/// The certificate in [`CERT_SECRET`], generated (or replaced) when it is missing, for other
+/// names, or expires within 30 days. Replicas race safely: a create or replace that loses gets
+/// a conflict, and the winner's certificate is read on the next round.
+async fn generated_cert(client: &Client, config: &ProtectConfig) -> Result<CertPem, String> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
+    let names = cert_names(config);
+    let current = bounded(
+        format!("reading Secret {}/{CERT_SECRET}", config.namespace),
+        api.get_opt(CERT_SECRET),
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    if let Some(secret) = &current {
+        let annotations = secret.annotations();
+        let fresh = annotations
+            .get(NOT_AFTER_ANNOTATION)
+            .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            .is_some_and(|t| SystemTime::from(t) > SystemTime::now() + CERT_RENEW_BEFORE);
+        let same_names = annotations.get(NAMES_ANNOTATION) == Some(&names.join(","));
+        let data = secret.data.clone().unwrap_or_default();
+        let get = |k: &str| {
+            data.get(k)
+                .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        };
+        if let (true, true, Some(cert), Some(key)) =
+            (fresh, same_names, get("tls.crt"), get("tls.key"))
+        {
+            return Ok(CertPem {
+                ca: cert.clone(),
+                cert,
+                key,
+            });
+        }
+    }
+    let (pem, not_after) = generate(&names)?;
+    let mut secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(CERT_SECRET.to_owned()),
+            namespace: Some(config.namespace.clone()),
+            annotations: Some(BTreeMap::from([
+                (NOT_AFTER_ANNOTATION.to_owned(), not_after),
+                (NAMES_ANNOTATION.to_owned(), names.join(",")),
+            ])),
+            ..Default::default()
+        },
+        type_: Some("kubernetes.io/tls".to_owned()),
+        string_data: Some(BTreeMap::from([
+            ("tls.crt".to_owned(), pem.cert.clone()),
+            ("tls.key".to_owned(), pem.key.clone()),
+        ])),
+        ..Default::default()
+    };
+    let action = format!("writing Secret {}/{CERT_SECRET}", config.namespace);
+    let written = match current {
+        None => bounded(action, api.create(&PostParams::default(), &secret)).await,
+        Some(old) => {
+            secret.metadata.resource_version = old.metadata.resource_version;
+            bounded(
+                action,
+                api.replace(CERT_SECRET, &PostParams::default(), &secret),
+            )
+            .await
+        }
+    };
+    match written {
+        Ok(_) => {
+            info!(secret = CERT_SECRET, names = %names.join(","), "protect: generated the webhook certificate");
+            Ok(pem)
+        }
+        // Another replica wrote one first: use it next round.
+        Err(watch_index::Error::Api { source, .. }) if source.code() == Some(409) => {
+            Err("another replica is writing the webhook certificate".to_owned())
+        }
+        Err(err) => Err(err.to_string()),
+    }
+}
+
+/// A self-signed certificate (its own CA) for `names`, valid [`CERT_VALIDITY_DAYS`]; the PEM and
+/// its expiry (RFC 3339).
+fn generate(names: &[String]) -> Result<(CertPem, String), String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params = rcgen::CertificateParams::new(names.to_vec()).map_err(|e| e.to_string())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "conflux-webhook");
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
+    params.key_usages = vec![
+        rcgen::KeyUsagePurpose::DigitalSignature,
+        rcgen::KeyUsagePurpose::KeyEncipherment,
+        rcgen::KeyUsagePurpose::KeyCertSign,
+    ];
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let zoned = now.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC);
+    let start = zoned.date();
+    let end = start
+        .checked_add(k8s_openapi::jiff::Span::new().days(CERT_VALIDITY_DAYS))
+        .map_err(|e| e.to_string())?;
+    let ymd = |d: k8s_openapi::jiff::civil::Date| {
+        rcgen::date_time_ymd(i32::from(d.year()), d.month() as u8, d.day() as u8)
+    };
+    params.not_before = ymd(start);
+    params.not_after = ymd(end);
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    let pem = cert.pem();
+    Ok((
+        CertPem {
+            ca: pem.clone(),
+            cert: pem,
+            key: key.serialize_pem(),
+        },
+        format!("{end}T00:00:00Z"),
+    ))
+}
+
+/// Applies the ValidatingWebhookConfiguration: one webhook per protecting label (an
+/// `objectSelector` cannot say "either label"), both calling the same path.
+async fn register(client: &Client, config: &ProtectConfig, ca: &str) -> crate::Result<()> {
+    use base64::Engine;
+    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(ca);
+    let client_config = match &config.url {
+        Some(url) => serde_json::json!({"url": url, "caBundle": ca_bundle}),
+        None => serde_json::json!({"caBundle": ca_bundle, "service": {
+            "namespace": config.namespace, "name": SERVICE, "path": PATH, "port": 443}}),
+    };
+    let webhooks: Vec<serde_json::Value> = [
+        ("sources", PROTECTED_LABEL),
+        ("labelled", ENABLED_LABEL),
+    ]
+    .into_iter()
+    .map(|(name, label)| {
+        serde_json::json!({
+            "name": format!("{name}.protect.conflux.dev"),
+            "clientConfig": client_config,
+            "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE", "DELETE"],
+                       "resources": ["configmaps", "secrets"], "scope": "Namespaced"}],
+            "objectSelector": {"matchLabels": {label: "true"}},
+            // Effective from Kubernetes 1.21, which labels namespaces with their name; the
+            // decision excludes kube-system too.
+            "namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                "operator": "NotIn", "values": config.policy.excluded_namespaces}]},
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        })
+    })
+    .collect();
+    let body = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION,
+                     "labels": {"app.kubernetes.io/managed-by": "conflux"}},
+        "webhooks": webhooks,
+    });
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    bounded(
+        format!("registering ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION}"),
+        api.patch(WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&body)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// conflux's own identity in a Pod (`system:serviceaccount:<ns>:<name>`, from its token), so
+/// that its own writes (removing a protection that no longer applies) always pass.
+fn own_service_account() -> Option<String> {
+    use base64::Engine;
+    let token =
+        std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/token").ok()?;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims["sub"].as_str().map(str::to_owned)
+}
+
+/// Accepts TLS connections and serves each on a task of its own, with the same timeouts as the
+/// probes (a slow client cannot hold a connection).
+async fn accept(
+    listener: TcpListener,
+    resolver: Arc<CertResolver>,
+    policy: Arc<Policy>,
+    metrics: Arc<ProtectMetrics>,
+) {
+    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map(|b| b.with_no_client_auth().with_cert_resolver(resolver));
+    let tls = match tls {
+        Ok(mut tls) => {
+            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(tls)
+        }
+        Err(err) => {
+            warn!(error = %err, reason = "TlsSetupFailed", "protect: cannot configure TLS");
+            return;
+        }
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(conn) => conn,
+            Err(err) => {
+                debug!(error = %err, "protect: accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, policy, metrics) = (acceptor.clone(), policy.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let handshake =
+                tokio::time::timeout(Duration::from_secs(5), acceptor.accept(stream)).await;
+            let Ok(Ok(stream)) = handshake else {
+                return;
+            };
+            let service = service_fn(move |req| {
+                let (policy, metrics) = (policy.clone(), metrics.clone());
+                async move { Ok::<_, std::convert::Infallible>(handle(req, &policy, &metrics).await) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .serve_connection(TokioIo::new(stream), service);
+            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
+        });
+    }
+}
+
+async fn handle(
+    req: hyper::Request<Incoming>,
+    policy: &Policy,
+    metrics: &ProtectMetrics,
+) -> Response<Full<Bytes>> {
+    let reply = |status: StatusCode, body: Vec<u8>| {
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static("application/json"),
+        );
+        response
+    };
+    if req.method() != Method::POST || req.uri().path() != PATH {
+        return reply(StatusCode::NOT_FOUND, b"{}".to_vec());
+    }
+    let started = Instant::now();
+    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => return reply(StatusCode::PAYLOAD_TOO_LARGE, b"{}".to_vec()),
+    };
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&body) {
+        Ok(review) => review,
+        Err(err) => {
+            debug!(error = %err, "protect: not an AdmissionReview");
+            return reply(StatusCode::BAD_REQUEST, b"{}".to_vec());
+        }
+    };
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(request) => request,
+        Err(_) => return reply(StatusCode::BAD_REQUEST, b"{}".to_vec()),
+    };
+    let (response, operation, denied) = review_one(&request, policy);
+    let verdict = if denied { "deny" } else { "allow" };
+    metrics
+        .requests
+        .get_or_create(&WebhookLabels {
+            operation: operation.to_owned(),
+            verdict: verdict.to_owned(),
+        })
+        .inc();
+    let body = serde_json::to_vec(&response.into_review()).unwrap_or_default();
+    metrics.duration.observe(started.elapsed().as_secs_f64());
+    reply(StatusCode::OK, body)
+}
+
+/// Decides one request; the response, the operation's name and whether it was denied.
+fn review_one(
+    request: &AdmissionRequest<DynamicObject>,
+    policy: &Policy,
+) -> (AdmissionResponse, &'static str, bool) {
+    let operation = match request.operation {
+        Operation::Create => crate::protect::Operation::Create,
+        Operation::Update => crate::protect::Operation::Update,
+        Operation::Delete => crate::protect::Operation::Delete,
+        Operation::Connect => crate::protect::Operation::Connect,
+    };
+    let name = match request.operation {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    };
+    let old = request
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok());
+    let new = request
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok());
+    let groups = request.user_info.groups.clone().unwrap_or_default();
+    let username = request.user_info.username.clone().unwrap_or_default();
+    let namespace = request.namespace.clone().unwrap_or_default();
+    let verdict = decide(
+        policy,
+        &Request {
+            operation,
+            username: &username,
+            groups: &groups,
+            kind: &request.kind.kind,
+            namespace: &namespace,
+            name: &request.name,
+            old_object: old.as_ref(),
+            new_object: new.as_ref(),
+        },
+    );
+    let response = AdmissionResponse::from(request);
+    match verdict {
+        Verdict::Deny { message } => {
+            info!(object = %format!("{}/{namespace}/{}", request.kind.kind, request.name), user = %username, operation = name, reason = "Denied", "protect: request denied");
+            (response.deny(message), name, true)
+        }
+        _ => (response, name, false),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The labeller
+
+/// Shared state of the labeller.
+pub struct Context {
+    client: Client,
+    metrics: Arc<ProtectMetrics>,
+    excluded_namespaces: Vec<String>,
+    /// Sources in excluded namespaces already warned about (once each).
+    warned: std::sync::Mutex<HashSet<(SourceKind, String, String)>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context for one labeller; `excluded_namespaces` are never protected (kube-system).
+    pub fn new(
+        client: Client,
+        excluded_namespaces: Vec<String>,
+        metrics: Arc<ProtectMetrics>,
+    ) -> Arc<Self> {
+        Arc::new(Context {
+            client,
+            metrics,
+            excluded_namespaces,
+            warned: Default::default(),
+        })
+    }
+}
+
+/// Keeps [`PROTECTED_LABEL`] and [`DEPENDENTS_ANNOTATION`] on exactly the objects conflux copies
+/// from: recomputed (at most once a second) after any change of a ConfigSync, ConfigMap or
+/// Secret, and every minute.
+pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
+    let health = runtime.health().part("protect").part("labels");
+    let client = runtime.client();
+    let syncs = runtime.informer(
+        Api::<ConfigSync>::all(client),
+        Default::default(),
+        "ConfigSync",
+        &health,
+    );
+    let cms = configs.informer::<ConfigMap>();
+    let secrets = configs.informer::<Secret>();
+    let notify = Arc::new(tokio::sync::Notify::new());
+    for mut sub in [
+        cms.subscribe("protect ConfigMaps").touched().boxed_unit(),
+        secrets.subscribe("protect Secrets").touched().boxed_unit(),
+        syncs
+            .subscribe("protect ConfigSyncs")
+            .touched()
+            .boxed_unit(),
+    ] {
+        let notify = notify.clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            while sub.next().await.is_some() {
+                notify.notify_one();
+            }
+        });
+    }
+    syncs.wait_synced().await;
+    cms.wait_synced().await;
+    secrets.wait_synced().await;
+    health.set_ready(true);
+    loop {
+        let desired = desired(&syncs.store(), &cms.store(), &secrets.store());
+        let mut count = 0usize;
+        count += converge::<ConfigMap>(&ctx, SourceKind::ConfigMap, &cms.store(), &desired).await;
+        count += converge::<Secret>(&ctx, SourceKind::Secret, &secrets.store(), &desired).await;
+        ctx.metrics
+            .protected
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+        let _ = tokio::time::timeout(Duration::from_secs(60), notify.notified()).await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+trait BoxedUnit {
+    fn boxed_unit(self) -> futures::stream::BoxStream<'static, ()>;
+}
+
+impl<S: futures::Stream + Send + 'static> BoxedUnit for S {
+    fn boxed_unit(self) -> futures::stream::BoxStream<'static, ()> {
+        use futures::StreamExt;
+        self.map(|_| ()).boxed()
+    }
+}
+
+type Key = (SourceKind, String, String);
+
+/// Every source and who depends on it: ConfigSync sources, and sources of `copyFrom` targets in
+/// other namespaces that consent (a refused copy protects nothing), or in their own namespace.
+fn desired(
+    syncs: &Store<ConfigSync>,
+    cms: &Store<PartialObjectMeta<ConfigMap>>,
+    secrets: &Store<PartialObjectMeta<Secret>>,
+) -> HashMap<Key, Vec<Dependent>> {
+    let mut out: HashMap<Key, Vec<Dependent>> = HashMap::new();
+    for cs in syncs.state() {
+        if cs.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let s = &cs.spec.source;
+        let kind = s.kind;
+        out.entry((kind, s.namespace.clone(), s.name.clone()))
+            .or_default()
+            .push(Dependent::ConfigSync {
+                name: cs.name_any(),
+            });
+    }
+    copy_from_sources(SourceKind::ConfigMap, cms, &mut out);
+    copy_from_sources(SourceKind::Secret, secrets, &mut out);
+    out
+}
+
+fn copy_from_sources<K: ConfigResource>(
+    kind: SourceKind,
+    store: &Store<PartialObjectMeta<K>>,
+    out: &mut HashMap<Key, Vec<Dependent>>,
+) {
+    for target in store.state() {
+        let Ok(Some(source)) =
+            copy_source("v1", kind.as_str(), target.metadata.annotations.as_ref())
+        else {
+            continue;
+        };
+        let target_ns = target.metadata.namespace.clone().unwrap_or_default();
+        let source_meta = store
+            .get(&kube::runtime::reflector::ObjectRef::new(&source.name).within(&source.namespace));
+        let Some(source_meta) = source_meta else {
+            continue;
+        };
+        if consent::check(
+            &source,
+            source_meta.metadata.annotations.as_ref(),
+            &target_ns,
+        )
+        .is_err()
+        {
+            continue;
+        }
+        out.entry((kind, source.namespace.clone(), source.name.clone()))
+            .or_default()
+            .push(Dependent::CopyFrom {
+                kind: kind.as_str().to_owned(),
+                namespace: target_ns,
+                name: target.name_any(),
+            });
+    }
+}
+
+/// Labels the desired sources of one kind and unlabels the rest; the number protected.
+async fn converge<K: ConfigResource>(
+    ctx: &Context,
+    kind: SourceKind,
+    store: &Store<PartialObjectMeta<K>>,
+    desired: &HashMap<Key, Vec<Dependent>>,
+) -> usize {
+    let mut protected = 0usize;
+    for meta in store.state() {
+        let namespace = meta.metadata.namespace.clone().unwrap_or_default();
+        let name = meta.name_any();
+        let key = (kind, namespace.clone(), name.clone());
+        let labels = meta.metadata.labels.as_ref();
+        let annotations = meta.metadata.annotations.as_ref();
+        let labelled = labels
+            .and_then(|l| l.get(PROTECTED_LABEL))
+            .map(String::as_str)
+            == Some("true");
+        let current = annotations.and_then(|a| a.get(DEPENDENTS_ANNOTATION));
+        let wanted = match desired.get(&key) {
+            Some(dependents) if ctx.excluded_namespaces.contains(&namespace) => {
+                let first = ctx
+                    .warned
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.clone());
+                if first {
+                    warn!(object = %format!("{kind}/{namespace}/{name}"), dependents = %dependents_annotation(dependents), reason = "NotProtected", "protect: sources in this namespace are never protected");
+                }
+                None
+            }
+            Some(dependents) => Some(dependents_annotation(dependents)),
+            None => None,
+        };
+        let result = match (&wanted, labelled) {
+            (Some(text), true) if current == Some(text) => {
+                protected += 1;
+                continue;
+            }
+            (Some(text), _) => {
+                protected += 1;
+                label(&ctx.client, kind, &namespace, &name, Some(text)).await
+            }
+            // Only what conflux labelled (it set the annotation too) is unlabelled.
+            (None, true) if current.is_some() => {
+                label(&ctx.client, kind, &namespace, &name, None).await
+            }
+            (None, _) => continue,
+        };
+        match result {
+            Ok(()) => {
+                info!(object = %format!("{kind}/{namespace}/{name}"), protected = wanted.is_some(), "protect: labels updated")
+            }
+            Err(err) => {
+                warn!(object = %format!("{kind}/{namespace}/{name}"), reason = err.reason(), error = %err, "protect: cannot update labels; retrying")
+            }
+        }
+    }
+    protected
+}
+
+/// Applies (with [`FIELD_MANAGER`]) the protection label and annotation, or nothing, which
+/// removes the ones this manager set.
+async fn label(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    dependents: Option<&str>,
+) -> Result<(), Error> {
+    let mut metadata = serde_json::json!({"name": name, "namespace": namespace});
+    if let Some(text) = dependents {
+        metadata["labels"] = serde_json::json!({PROTECTED_LABEL: "true"});
+        metadata["annotations"] = serde_json::json!({DEPENDENTS_ANNOTATION: text});
+    }
+    let body = serde_json::json!({"apiVersion": "v1", "kind": kind.as_str(), "metadata": metadata});
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let action = format!("labelling {kind} {namespace}/{name}");
+    match kind {
+        SourceKind::ConfigMap => {
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Apply(&body))).await?;
+        }
+        SourceKind::Secret => {
+            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+            bounded(action, api.patch(name, &params, &Patch::Apply(&body))).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,344 @@
+//! The protect controller end to end: the real API server calls conflux's admission webhook
+//! (HTTPS, its generated certificate, registered by conflux itself) for a tenant who has `edit`
+//! in the source namespace, impersonated by the admin.
+//!
+//! Also measured (printed, never asserted): the webhook's latency as the API server's client sees
+//! it (UPDATEs of a protected object, which call the webhook, against the same UPDATEs of an
+//! unprotected one, which do not), and the webhook's own decision time from its histogram.
+
+mod fault_support;
+
+use std::time::{Duration, Instant};
+
+use conflux_tests::eventually;
+use fault_support::Conflux;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, Config, ResourceExt};
+use serde_json::{Value, json};
+
+const MANAGER: &str = "conflux-protect-test";
+const PROTECTED: &str = "protect.conflux.dev/protected";
+const ENABLED: &str = "protect.conflux.dev/enabled";
+const DEPENDENTS: &str = "protect.conflux.dev/dependents";
+
+async fn apply(client: &Client, object: Value) {
+    conflux_tests::objects::apply(client, MANAGER, &object).await;
+}
+
+/// The admin impersonating `user` (in the group `tenants`), as `kubectl --as` does.
+async fn impersonating(user: &str) -> Client {
+    let mut config: Config = conflux_tests::cluster().config().await;
+    config.auth_info.impersonate = Some(user.to_owned());
+    config.auth_info.impersonate_groups = Some(vec!["tenants".to_owned()]);
+    Client::try_from(config).expect("client")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The error message of a refused request (empty when it succeeded).
+fn refusal<T>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Ok(_) => String::new(),
+        Err(kube::Error::Api(status)) => status.message,
+        Err(other) => other.to_string(),
+    }
+}
+
+async fn labels_of(api: &Api<Secret>, name: &str) -> std::collections::BTreeMap<String, String> {
+    api.get(name)
+        .await
+        .expect("get")
+        .metadata
+        .labels
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
+    let cluster = conflux_tests::cluster();
+    let admin = cluster.client().await;
+    conflux_tests::objects::install_crd(
+        &admin,
+        MANAGER,
+        &conflux_tests::objects::config_sync_crd(),
+    )
+    .await;
+    let system = cluster.namespace(&admin, "protect-system").await;
+    let src = cluster.namespace(&admin, "protect-src").await;
+    let dst = cluster.namespace(&admin, "protect-dst").await;
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": dst, "labels": {"protect-test": src}}}),
+    )
+    .await;
+    // The tenant: Kubernetes' own `edit` role in the source namespace.
+    apply(
+        &admin,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-edit", "namespace": src},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
+    )
+    .await;
+
+    let port = free_port();
+    let mut conflux = Conflux::start_with(
+        cluster.kubeconfig(),
+        "protect",
+        &[
+            "--controllers=protect",
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
+        ],
+        &[("RUNTIME_NAMESPACE", system.as_str())],
+    );
+    conflux.wait_ready().await;
+
+    // A ConfigSync source, a consenting copyFrom source (and its copy), an opted-in object, and
+    // an object nobody protects.
+    let secret = |name: &str, annotations: Value, labels: Value| {
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": name, "namespace": src, "annotations": annotations, "labels": labels},
+               "stringData": conflux_tests::leak::string_data()})
+    };
+    apply(&admin, secret("fanned", json!({}), json!({}))).await;
+    apply(
+        &admin,
+        secret(
+            "pulled",
+            json!({"copy.conflux.dev/allowed-namespaces": dst}),
+            json!({}),
+        ),
+    )
+    .await;
+    apply(
+        &admin,
+        secret("opted-in", json!({}), json!({ENABLED: "true"})),
+    )
+    .await;
+    apply(&admin, secret("free", json!({}), json!({}))).await;
+    let sync_name = format!("{src}-fan");
+    apply(
+        &admin,
+        json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ConfigSync",
+        "metadata": {"name": sync_name},
+        "spec": {"source": {"kind": "Secret", "namespace": src, "name": "fanned"},
+                 "target": {"namespaceSelector": {"matchLabels": {"protect-test": src}}}}}),
+    )
+    .await;
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pulled", "namespace": dst,
+                     "annotations": {"fluxcd.controlplane.io/copyFrom": format!("{src}/pulled")}}}),
+    )
+    .await;
+
+    let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), &src);
+    for name in ["fanned", "pulled"] {
+        eventually(
+            &format!("{name} labelled protected"),
+            Duration::from_secs(60),
+            || async {
+                let s = admin_secrets.get(name).await.ok()?;
+                (s.labels().get(PROTECTED).map(String::as_str) == Some("true")).then_some(())
+            },
+        )
+        .await;
+    }
+    let fanned = admin_secrets.get("fanned").await.expect("fanned");
+    assert_eq!(
+        fanned.annotations().get(DEPENDENTS).map(String::as_str),
+        Some(format!("ConfigSync/{sync_name}").as_str())
+    );
+    assert!(
+        admin_secrets
+            .get("free")
+            .await
+            .expect("free")
+            .labels()
+            .get(PROTECTED)
+            .is_none()
+    );
+
+    let alice = impersonating("alice").await;
+    let secrets: Api<Secret> = Api::namespaced(alice.clone(), &src);
+    let dp = DeleteParams::default();
+    let pp = PatchParams::default();
+
+    // Deletes: refused, saying why and how.
+    let message = refusal(secrets.delete("fanned", &dp).await);
+    assert!(
+        message.contains(&format!("ConfigSync/{sync_name}")),
+        "{message}"
+    );
+    assert!(
+        message.contains("Secret") && message.contains("fanned"),
+        "{message}"
+    );
+    let message = refusal(secrets.delete("pulled", &dp).await);
+    assert!(
+        message.contains(&format!("Secret/{dst}/pulled (copyFrom)")),
+        "{message}"
+    );
+    let message = refusal(secrets.delete("opted-in", &dp).await);
+    assert!(message.contains(ENABLED), "{message}");
+    conflux_tests::leak::assert_clean("a denial", &message);
+
+    // Data, type and immutability: refused.
+    let data = json!({"data": {"leak-raw": conflux_tests::leak::base64(b"changed")}});
+    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&data)).await).is_empty());
+    assert!(!refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&data)).await).is_empty());
+    let immutable = json!({"immutable": true});
+    assert!(
+        !refusal(
+            secrets
+                .patch("pulled", &pp, &Patch::Merge(&immutable))
+                .await
+        )
+        .is_empty()
+    );
+
+    // Labels and annotations: allowed, except those that protect.
+    let label = json!({"metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}}});
+    assert_eq!(
+        refusal(secrets.patch("fanned", &pp, &Patch::Merge(&label)).await),
+        ""
+    );
+    let strip = json!({"metadata": {"labels": {PROTECTED: null}}});
+    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
+    let strip = json!({"metadata": {"annotations": {DEPENDENTS: null}}});
+    assert!(!refusal(secrets.patch("pulled", &pp, &Patch::Merge(&strip)).await).is_empty());
+    let strip = json!({"metadata": {"labels": {ENABLED: null}}});
+    assert!(!refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&strip)).await).is_empty());
+    assert_eq!(
+        labels_of(&admin_secrets, "fanned")
+            .await
+            .get("team")
+            .map(String::as_str),
+        Some("a")
+    );
+
+    // Unprotected objects: anything goes.
+    let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), &src);
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "scratch", "namespace": src}, "data": {"a": "1"}}),
+    )
+    .await;
+    assert_eq!(
+        refusal(
+            cms.patch("scratch", &pp, &Patch::Merge(&json!({"data": {"a": "2"}})))
+                .await
+        ),
+        ""
+    );
+    assert_eq!(refusal(cms.delete("scratch", &dp).await), "");
+    assert_eq!(refusal(secrets.delete("free", &dp).await), "");
+
+    // Latency: the same label flip on a protected Secret (webhook called) and on an unprotected
+    // ConfigMap (no webhook), 200 times each.
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "plain", "namespace": src}}),
+    )
+    .await;
+    let mut with_webhook = Vec::new();
+    let mut without = Vec::new();
+    for i in 0..200 {
+        let flip = json!({"metadata": {"labels": {"flip": format!("v{i}")}}});
+        let t = Instant::now();
+        secrets
+            .patch("fanned", &pp, &Patch::Merge(&flip))
+            .await
+            .expect("allowed");
+        with_webhook.push(t.elapsed());
+        let t = Instant::now();
+        cms.patch("plain", &pp, &Patch::Merge(&flip))
+            .await
+            .expect("allowed");
+        without.push(t.elapsed());
+    }
+    let pct = |v: &mut Vec<Duration>, p: f64| {
+        v.sort();
+        v[((v.len() as f64 - 1.0) * p).round() as usize]
+    };
+    eprintln!(
+        "protect latency, client side, 200 UPDATEs each: with the webhook p50 {:?} p99 {:?}; without p50 {:?} p99 {:?}",
+        pct(&mut with_webhook, 0.5),
+        pct(&mut with_webhook, 0.99),
+        pct(&mut without, 0.5),
+        pct(&mut without, 0.99),
+    );
+    let metrics = conflux.metrics();
+    let decisions: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("conflux_protect_webhook_duration_seconds"))
+        .collect();
+    eprintln!("protect webhook histogram:\n{}", decisions.join("\n"));
+
+    // The admin may do anything; conflux's own writes pass: once the ConfigSync is gone, conflux
+    // removes the protection, and the tenant may delete the object.
+    let admin_patch = json!({"data": {"leak-raw": conflux_tests::leak::base64(b"rotated")}});
+    admin_secrets
+        .patch("opted-in", &pp, &Patch::Merge(&admin_patch))
+        .await
+        .expect("admin may");
+    admin_secrets
+        .delete("opted-in", &dp)
+        .await
+        .expect("admin may");
+    let syncs: Api<copy_core::ConfigSync> = Api::all(admin.clone());
+    syncs
+        .delete(&sync_name, &dp)
+        .await
+        .expect("delete ConfigSync");
+    eventually(
+        "protection removed by conflux",
+        Duration::from_secs(60),
+        || async {
+            let s = admin_secrets.get("fanned").await.ok()?;
+            (!s.labels().contains_key(PROTECTED) && !s.annotations().contains_key(DEPENDENTS))
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(refusal(secrets.delete("fanned", &dp).await), "");
+
+    // conflux stopped: unprotected objects are never blocked; protected ones stay protected
+    // (failurePolicy Fail), which is the trade-off.
+    conflux.stop();
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "while-down", "namespace": src}}),
+    )
+    .await;
+    assert_eq!(
+        refusal(
+            cms.patch(
+                "while-down",
+                &pp,
+                &Patch::Merge(&json!({"data": {"b": "1"}}))
+            )
+            .await
+        ),
+        ""
+    );
+    assert_eq!(refusal(cms.delete("while-down", &dp).await), "");
+    let message = refusal(secrets.delete("pulled", &dp).await);
+    assert!(
+        !message.is_empty(),
+        "a protected object stays protected while conflux is down"
+    );
+    assert!(admin_secrets.get("pulled").await.is_ok());
+}
