@@ -882,3 +882,43 @@ async fn label(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_certificate_is_served_and_names_what_the_api_server_calls() {
+        let names = cert_names(&ProtectConfig {
+            addr: "127.0.0.1:9443".parse().expect("addr"),
+            url: None,
+            cert_dir: None,
+            namespace: "conflux-system".to_owned(),
+            policy: Policy::default(),
+        });
+        assert_eq!(
+            names,
+            [
+                "conflux-webhook.conflux-system.svc",
+                "conflux-webhook.conflux-system.svc.cluster.local"
+            ]
+        );
+        let (pem, not_after) = generate(&names).expect("generated");
+        assert!(pem.certified_key().is_ok(), "rustls loads it");
+        assert_eq!(pem.ca, pem.cert, "self-signed: its own CA bundle");
+        let expires: k8s_openapi::jiff::Timestamp = not_after.parse().expect("RFC 3339");
+        let days = (expires.as_second() - k8s_openapi::jiff::Timestamp::now().as_second()) / 86_400;
+        assert!((364..=366).contains(&days), "{days} days");
+        let url = ProtectConfig {
+            url: Some("https://127.0.0.1:9443/validate".to_owned()),
+            ..ProtectConfig {
+                addr: "127.0.0.1:9443".parse().expect("addr"),
+                url: None,
+                cert_dir: None,
+                namespace: String::new(),
+                policy: Policy::default(),
+            }
+        };
+        assert_eq!(cert_names(&url), ["127.0.0.1"]);
+    }
+}
