@@ -61,6 +61,8 @@ async fn labels_of(api: &Api<Secret>, name: &str) -> std::collections::BTreeMap<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
+    // One scenario at a time: both register the one ValidatingWebhookConfiguration.
+    let _serial = fault_support::serial().await;
     let cluster = conflux_tests::cluster();
     let admin = cluster.client().await;
     conflux_tests::objects::install_crd(
@@ -341,4 +343,161 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         "a protected object stays protected while conflux is down"
     );
     assert!(admin_secrets.get("pulled").await.is_ok());
+}
+
+/// The certificate from `--webhook-cert-dir` (made here with openssl) is served and its CA
+/// injected; a generated one about to expire is renewed at start; a source in kube-system is
+/// said to be unprotectable, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
+    let _serial = fault_support::serial().await;
+    let cluster = conflux_tests::cluster();
+    let admin = cluster.client().await;
+    conflux_tests::objects::install_crd(
+        &admin,
+        MANAGER,
+        &conflux_tests::objects::config_sync_crd(),
+    )
+    .await;
+    let system = cluster.namespace(&admin, "protect-certs").await;
+    let src = cluster.namespace(&admin, "protect-certs-src").await;
+
+    // A generated certificate 10 days from expiry: replaced at start.
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "conflux-webhook-cert", "namespace": system,
+                     "annotations": {"protect.conflux.dev/not-after": "2000-01-01T00:00:00Z",
+                                     "protect.conflux.dev/dns-names": "127.0.0.1"}},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": "stale", "tls.key": "stale"}}),
+    )
+    .await;
+    let port = free_port();
+    let url = format!("https://127.0.0.1:{port}/validate");
+    let mut conflux = Conflux::start_with(
+        cluster.kubeconfig(),
+        "protect-renew",
+        &[
+            "--controllers=protect",
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-url={url}"),
+        ],
+        &[("RUNTIME_NAMESPACE", system.as_str())],
+    );
+    conflux.wait_ready().await;
+    let certs: Api<Secret> = Api::namespaced(admin.clone(), &system);
+    let renewed = certs
+        .get("conflux-webhook-cert")
+        .await
+        .expect("cert Secret");
+    let not_after = renewed
+        .annotations()
+        .get("protect.conflux.dev/not-after")
+        .cloned()
+        .unwrap_or_default();
+    assert!(not_after.as_str() > "2026-01-01", "renewed: {not_after}");
+    conflux.stop();
+
+    // A certificate directory, as cert-manager would mount it.
+    let dir = cluster.dir().join(format!("webhook-certs-{port}"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=conflux-test",
+        ])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .arg("-keyout")
+        .arg(dir.join("tls.key"))
+        .arg("-out")
+        .arg(dir.join("tls.crt"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success(), "openssl req");
+    let port = free_port();
+    let mut conflux = Conflux::start_with(
+        cluster.kubeconfig(),
+        "protect-dir",
+        &[
+            "--controllers=protect",
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
+            &format!("--webhook-cert-dir={}", dir.display()),
+        ],
+        &[("RUNTIME_NAMESPACE", system.as_str())],
+    );
+    conflux.wait_ready().await;
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "guarded", "namespace": src, "labels": {ENABLED: "true"}},
+        "stringData": conflux_tests::leak::string_data()}),
+    )
+    .await;
+    let alice = impersonating("alice").await;
+    let secrets: Api<Secret> = Api::namespaced(alice, &src);
+    // alice has no rights here; the webhook answers first only if RBAC allows, so grant edit.
+    apply(
+        &admin,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "alice-edit", "namespace": src},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
+    )
+    .await;
+    let message = refusal(secrets.delete("guarded", &DeleteParams::default()).await);
+    assert!(
+        message.contains(ENABLED),
+        "served with the directory's certificate: {message}"
+    );
+
+    // A ConfigSync source in kube-system: never labelled, said once.
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": format!("{src}-sys"), "namespace": "kube-system"}}),
+    )
+    .await;
+    let sync_name = format!("{src}-sys");
+    apply(
+        &admin,
+        json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ConfigSync",
+        "metadata": {"name": sync_name},
+        "spec": {"source": {"kind": "ConfigMap", "namespace": "kube-system", "name": sync_name},
+                 "target": {"namespaceSelector": {"matchLabels": {"nobody": "here"}}}}}),
+    )
+    .await;
+    eventually("NotProtected logged", Duration::from_secs(60), || {
+        let log = conflux.log_text();
+        async move { log.contains("NotProtected").then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = conflux.log_text();
+    let said = log
+        .lines()
+        .filter(|l| l.contains("NotProtected") && l.contains(&sync_name))
+        .count();
+    assert_eq!(said, 1, "said once");
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "kube-system");
+    let cm = cms.get(&sync_name).await.expect("source");
+    assert!(
+        !cm.labels().contains_key(PROTECTED),
+        "kube-system is never protected"
+    );
+    let syncs: Api<copy_core::ConfigSync> = Api::all(admin.clone());
+    syncs
+        .delete(&sync_name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    conflux.stop();
 }
