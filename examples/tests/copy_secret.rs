@@ -52,6 +52,7 @@ fn redaction_hides_every_value() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_executor_copies_cleans_up_and_refuses() {
+    conflux_tests::leak::capture_logs();
     let cluster = cluster();
     let client = cluster.client().await;
     let source_ns = cluster.namespace(&client, "copy-src").await;
@@ -71,7 +72,10 @@ async fn the_executor_copies_cleans_up_and_refuses() {
     }))
     .expect("source object");
     let source = Secret {
-        data: Some(data(&[("username", "u"), ("password", "p")])),
+        data: Some(data(&[
+            ("username", "u"),
+            ("password", conflux_tests::leak::marker()),
+        ])),
         ..source
     };
     Api::<Secret>::namespaced(client.clone(), &source_ns)
@@ -132,4 +136,5 @@ async fn the_executor_copies_cleans_up_and_refuses() {
             + &source_ns
             + "/nope: secrets \"nope\" not found"
     );
+    conflux_tests::leak::assert_log_clean();
 }

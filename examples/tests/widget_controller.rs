@@ -57,10 +57,14 @@ async fn put_secret(secrets: &Api<Secret>, name: &str, watched: bool, value: &st
     }))
     .expect("secret object");
     let secret = Secret {
-        data: Some(BTreeMap::from([(
-            "token".to_owned(),
-            ByteString(value.as_bytes().to_vec()),
-        )])),
+        data: Some(BTreeMap::from([
+            ("token".to_owned(), ByteString(value.as_bytes().to_vec())),
+            // The leak marker: checked in this process's captured log at the end.
+            (
+                "key.pem".to_owned(),
+                ByteString(conflux_tests::leak::pem().into_bytes()),
+            ),
+        ])),
         ..secret
     };
     let written = secrets
@@ -106,6 +110,7 @@ async fn observed(widgets: &Api<Widget>, name: &str, version: &str) -> WidgetSta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn widgets_reconcile_when_their_watched_secret_changes() {
+    conflux_tests::leak::capture_logs();
     let cluster = cluster();
     let client = cluster.client().await;
     install_crd(&client).await;
@@ -167,4 +172,5 @@ async fn widgets_reconcile_when_their_watched_secret_changes() {
     assert_eq!(b.versions_seen, 1);
 
     running.abort();
+    conflux_tests::leak::assert_log_clean();
 }
