@@ -86,6 +86,10 @@ pub struct Problems {
 /// Distinct problems remembered per object; beyond that (messages that keep changing, such as
 /// those of a flapping API) the oldest are forgotten, so memory stays bounded.
 const PROBLEMS_PER_OBJECT: usize = 16;
+/// Objects with problems remembered at most. Objects deleted while they had a problem are never
+/// resolved; past this many, everything is forgotten at once (the cost: a problem still there is
+/// reported once more).
+const OBJECTS_WITH_PROBLEMS: usize = 50_000;
 
 impl Problems {
     /// Records `reason`/`message` as a problem of `key`; `true` when it was not reported since
@@ -96,6 +100,9 @@ impl Problems {
         (reason, message).hash(&mut hasher);
         let fingerprint = hasher.finish();
         let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        if current.len() >= OBJECTS_WITH_PROBLEMS && !current.contains_key(key) {
+            current.clear();
+        }
         let seen = current.entry(key.to_owned()).or_default();
         if seen.contains(&fingerprint) {
             return false;
