@@ -157,8 +157,9 @@ async fn copy_from_a_source_of_the_other_kind() {
             ],
         )
         .await;
-    // One read of the source per retry (backoff 1 s, 2 s, 4 s).
-    assert!(requests <= 3, "{requests} requests in {SETTLE:?}");
+    // One read of the source per retry: 1 s, 2 s and 4 s after the first failure, so 3 in the
+    // window (4 allowed: the window starts when the test sees the Event, a little later).
+    assert!(requests <= 4, "{requests} requests in {SETTLE:?}");
     assert_good_copy_served(&case, &ns).await;
     case.assert_no_leak(&[&ns]).await;
 }
@@ -187,7 +188,7 @@ async fn copy_from_a_namespace_that_did_not_consent() {
             ],
         )
         .await;
-    assert!(requests <= 3, "{requests} requests in {SETTLE:?}");
+    assert!(requests <= 4, "{requests} requests in {SETTLE:?}");
     // Nothing was copied.
     let stolen = case
         .get("v1", "Secret", Some(&ns), "steal")
