@@ -158,7 +158,7 @@ async fn copy_from_a_source_of_the_other_kind() {
         )
         .await;
     // One read of the source per retry: 1 s, 2 s and 4 s after the first failure, so 3 in the
-    // window (4 allowed: a watch event of the object, such as our own Event's, may add a reconcile).
+    // window (4 allowed: a watch event of the object may add one reconcile).
     assert!(requests <= 4, "{requests} requests in {SETTLE:?}");
     assert_good_copy_served(&case, &ns).await;
     case.assert_no_leak(&[&ns]).await;
