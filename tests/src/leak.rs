@@ -114,6 +114,50 @@ pub fn assert_log_clean() {
     assert_clean("the captured debug log of this test process", &text);
 }
 
+/// The fixed marker of the `Debug` redaction tests of the library crates (a constant, so that
+/// test values can be built from it at compile time).
+pub const DEBUG_MARKER: &str = "conflux-leak-marker-7f3a";
+/// `printf conflux-leak-marker-7f3a | base64`.
+pub const DEBUG_MARKER_BASE64: &str = "Y29uZmx1eC1sZWFrLW1hcmtlci03ZjNh";
+/// [`DEBUG_MARKER`] as a PEM private key.
+pub const DEBUG_PEM: &str =
+    "-----BEGIN PRIVATE KEY-----\nconflux-leak-marker-7f3a\n-----END PRIVATE KEY-----";
+
+/// What a `Debug` output must never show: [`DEBUG_MARKER`] raw, base64-encoded and as the byte
+/// list a derived `Debug` of `ByteString` prints (`conflux`), and the PEM header.
+const DEBUG_FORBIDDEN: [(&str, &str); 4] = [
+    ("the raw marker", DEBUG_MARKER),
+    ("the base64 marker", DEBUG_MARKER_BASE64),
+    ("the marker's bytes", "99, 111, 110, 102, 108, 117, 120"),
+    ("the PEM header", "-----BEGIN PRIVATE KEY-----"),
+];
+
+/// Asserts that `{:?}` and `{:#?}` of `value` show none of the forms of [`DEBUG_MARKER`] and every
+/// one of `shown`. A failure prints the output with the marker forms masked, so the marker stays
+/// out of logs.
+pub fn assert_debug_redacted(what: &str, value: &impl std::fmt::Debug, shown: &[&str]) {
+    for (format, text) in [
+        ("{:?}", format!("{value:?}")),
+        ("{:#?}", format!("{value:#?}")),
+    ] {
+        let masked = DEBUG_FORBIDDEN
+            .iter()
+            .fold(text.clone(), |t, (_, form)| t.replace(form, "<MARKER>"));
+        for (form_name, form) in DEBUG_FORBIDDEN {
+            assert!(
+                !text.contains(form),
+                "{what}: {format} shows {form_name}:\n{masked}"
+            );
+        }
+        for name in shown {
+            assert!(
+                text.contains(name),
+                "{what}: {format} lacks {name:?}:\n{masked}"
+            );
+        }
+    }
+}
+
 /// Standard base64 with padding (no dependency for one test helper).
 pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

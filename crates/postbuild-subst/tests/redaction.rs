@@ -2,8 +2,10 @@
 //! ConfigMap/Secret object prints its names and keys, never a value, and errors do not quote
 //! values either.
 
-use std::fmt::Debug;
-
+use conflux_tests::leak::{
+    DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
+    assert_debug_redacted as assert_redacted,
+};
 use postbuild_subst::audit::Document;
 use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
 use postbuild_subst::resource_set::{Expansion, expand};
@@ -11,46 +13,6 @@ use postbuild_subst::vars::{
     PostBuild, SourceKind, SourceLookup, Variables, load_variables, source_data,
 };
 use serde_json::{Value, json};
-
-/// The value every test hides.
-const MARKER: &str = "conflux-leak-marker-7f3a";
-/// `printf conflux-leak-marker-7f3a | base64`.
-const MARKER_BASE64: &str = "Y29uZmx1eC1sZWFrLW1hcmtlci03ZjNh";
-/// The marker as a PEM private key.
-const PEM: &str =
-    "-----BEGIN PRIVATE KEY-----\nconflux-leak-marker-7f3a\n-----END PRIVATE KEY-----";
-
-/// What must never show: the marker raw and base64-encoded, and the PEM header.
-const FORBIDDEN: [(&str, &str); 3] = [
-    ("the raw marker", MARKER),
-    ("the base64 marker", MARKER_BASE64),
-    ("the PEM header", "-----BEGIN PRIVATE KEY-----"),
-];
-
-/// Asserts that `{:?}` and `{:#?}` of `value` show none of [`FORBIDDEN`] and every one of `shown`.
-/// A failure prints the output with the marker forms masked, so the marker stays out of logs.
-fn assert_redacted(what: &str, value: &impl Debug, shown: &[&str]) {
-    for (format, text) in [
-        ("{:?}", format!("{value:?}")),
-        ("{:#?}", format!("{value:#?}")),
-    ] {
-        let masked = FORBIDDEN
-            .iter()
-            .fold(text.clone(), |t, (_, form)| t.replace(form, "<MARKER>"));
-        for (form_name, form) in FORBIDDEN {
-            assert!(
-                !text.contains(form),
-                "{what}: {format} shows {form_name}:\n{masked}"
-            );
-        }
-        for name in shown {
-            assert!(
-                text.contains(name),
-                "{what}: {format} lacks {name:?}:\n{masked}"
-            );
-        }
-    }
-}
 
 /// A Secret as the API returns it, the marker in `data` (base64, as the API carries it) and in
 /// `stringData` (raw and as PEM).

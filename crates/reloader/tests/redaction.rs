@@ -2,55 +2,16 @@
 //! never a value.
 
 use std::collections::BTreeMap;
-use std::fmt::Debug;
 
+use conflux_tests::leak::{
+    DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
+    assert_debug_redacted as assert_redacted,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reloader::consumers::{Consumption, Keys};
 use reloader::hash::{ConfigData, content_hash};
 use watch_index::refs::ConfigKind;
-
-/// The value every test hides.
-const MARKER: &str = "conflux-leak-marker-7f3a";
-/// `printf conflux-leak-marker-7f3a | base64`.
-const MARKER_BASE64: &str = "Y29uZmx1eC1sZWFrLW1hcmtlci03ZjNh";
-/// The marker as a PEM private key.
-const PEM: &str =
-    "-----BEGIN PRIVATE KEY-----\nconflux-leak-marker-7f3a\n-----END PRIVATE KEY-----";
-
-/// What must never show: the marker raw, base64-encoded and as the byte list a derived `Debug`
-/// of `ByteString` prints (`conflux`), and the PEM header.
-const FORBIDDEN: [(&str, &str); 4] = [
-    ("the raw marker", MARKER),
-    ("the base64 marker", MARKER_BASE64),
-    ("the marker's bytes", "99, 111, 110, 102, 108, 117, 120"),
-    ("the PEM header", "-----BEGIN PRIVATE KEY-----"),
-];
-
-/// Asserts that `{:?}` and `{:#?}` of `value` show none of [`FORBIDDEN`] and every one of `shown`.
-/// A failure prints the output with the marker forms masked, so the marker stays out of logs.
-fn assert_redacted(what: &str, value: &impl Debug, shown: &[&str]) {
-    for (format, text) in [
-        ("{:?}", format!("{value:?}")),
-        ("{:#?}", format!("{value:#?}")),
-    ] {
-        let masked = FORBIDDEN
-            .iter()
-            .fold(text.clone(), |t, (_, form)| t.replace(form, "<MARKER>"));
-        for (form_name, form) in FORBIDDEN {
-            assert!(
-                !text.contains(form),
-                "{what}: {format} shows {form_name}:\n{masked}"
-            );
-        }
-        for name in shown {
-            assert!(
-                text.contains(name),
-                "{what}: {format} lacks {name:?}:\n{masked}"
-            );
-        }
-    }
-}
 
 fn bytes(s: &str) -> ByteString {
     ByteString(s.as_bytes().to_vec())
