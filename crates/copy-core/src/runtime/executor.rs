@@ -123,38 +123,6 @@ pub async fn apply_returning_meta(
     })
 }
 
-/// Deletes the object with uid `uid` (and no other object of that name); a missing one is fine.
-pub async fn delete_uid(
-    client: &Client,
-    kind: SourceKind,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-) -> Result<()> {
-    let action = format!("deleting {kind} {namespace}/{name}");
-    let dp = DeleteParams {
-        preconditions: Some(kube::api::Preconditions {
-            uid: Some(uid.to_owned()),
-            resource_version: None,
-        }),
-        ..DeleteParams::default()
-    };
-    let result = match kind {
-        SourceKind::ConfigMap => {
-            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
-        }
-        SourceKind::Secret => {
-            let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
-        }
-    };
-    match result {
-        Err(watch_index::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
-        other => Ok(other?),
-    }
-}
-
 /// Sends a JSON merge patch (cleanup of stray keys, release of ownership).
 pub async fn merge_patch(
     client: &Client,
@@ -183,8 +151,35 @@ pub async fn merge_patch(
 
 /// Deletes an object; a missing one is fine.
 pub async fn delete(client: &Client, kind: SourceKind, namespace: &str, name: &str) -> Result<()> {
+    delete_with(client, kind, namespace, name, DeleteParams::default()).await
+}
+
+/// Deletes the object with uid `uid` (and no other object of that name); a missing one is fine.
+pub async fn delete_uid(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<()> {
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: Some(uid.to_owned()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    delete_with(client, kind, namespace, name, dp).await
+}
+
+async fn delete_with(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    name: &str,
+    dp: DeleteParams,
+) -> Result<()> {
     let action = format!("deleting {kind} {namespace}/{name}");
-    let dp = DeleteParams::default();
     let result = match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
