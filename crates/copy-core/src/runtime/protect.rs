@@ -590,17 +590,12 @@ fn review_one(
     request: &AdmissionRequest<DynamicObject>,
     policy: &Policy,
 ) -> (AdmissionResponse, &'static str, bool) {
-    let operation = match request.operation {
-        Operation::Create => crate::protect::Operation::Create,
-        Operation::Update => crate::protect::Operation::Update,
-        Operation::Delete => crate::protect::Operation::Delete,
-        Operation::Connect => crate::protect::Operation::Connect,
-    };
-    let name = match request.operation {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
+    use crate::protect::Operation as Op;
+    let (operation, name) = match request.operation {
+        Operation::Create => (Op::Create, "CREATE"),
+        Operation::Update => (Op::Update, "UPDATE"),
+        Operation::Delete => (Op::Delete, "DELETE"),
+        Operation::Connect => (Op::Connect, "CONNECT"),
     };
     let old = request
         .old_object
