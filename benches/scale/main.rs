@@ -64,7 +64,7 @@ async fn main() {
     );
 
     let watches_before = registered_watchers(&client).await;
-    let (metrics_port, health_port) = (free_port(), free_port());
+    let (metrics_port, health_port) = (conflux_tests::free_port(), conflux_tests::free_port());
     let log = conflux_tests::repo_root().join("target/scale-conflux.log");
     let spawned = Instant::now();
     let mut child = Command::new(&binary)
@@ -365,13 +365,6 @@ async fn measure_rollouts(client: &Client, n: usize) -> Vec<Duration> {
         }
     }
     samples
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 fn http_status(port: u16, path: &str) -> Option<u16> {

@@ -27,26 +27,7 @@ const ORPHANED: &str = "copy.conflux.dev/orphaned";
 const WAIT: Duration = Duration::from_secs(45);
 
 fn b64(s: &str) -> String {
-    // Tiny base64 encoder for test data (standard alphabet, padded).
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let bytes = s.as_bytes();
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(char::from(T[((n >> (18 - 6 * i)) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    conflux_tests::leak::base64(s.as_bytes())
 }
 
 fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {

@@ -187,35 +187,30 @@ impl Cluster {
     /// A client authenticated as one of the static-token users (`alice`, `bob`, both in the group
     /// `tenants`, with no permissions until a test grants them), for RBAC tests.
     pub async fn client_as(&self, user: &str) -> Client {
+        let mut config = self.config().await;
+        config.auth_info.token = Some(self.token(user).into());
+        Client::try_from(config).unwrap_or_else(|e| panic!("building client: {e}"))
+    }
+
+    /// The static token of `user` (from the cluster's `tokens.csv`; never printed).
+    fn token(&self, user: &str) -> String {
         let tokens = std::fs::read_to_string(self.dir.join("certs/tokens.csv"))
             .unwrap_or_else(|e| panic!("reading tokens.csv: {e}"));
-        let token = tokens
+        tokens
             .lines()
             .find_map(|line| {
                 let mut fields = line.split(',');
                 let token = fields.next()?;
                 (fields.next()? == user).then(|| token.to_owned())
             })
-            .unwrap_or_else(|| panic!("no static token for user {user}"));
-        let mut config = self.config().await;
-        config.auth_info.token = Some(token.into());
-        Client::try_from(config).unwrap_or_else(|e| panic!("building client: {e}"))
+            .unwrap_or_else(|| panic!("no static token for user {user}"))
     }
 
     /// A kubeconfig file for one of the static-token users (the admin's server and CA, TLS
     /// verified, and the user's token), written owner-only next to the cluster's own. The user
     /// `audited` is an admin whose every request the API server writes to [`Cluster::audit_log`].
     pub fn kubeconfig_as(&self, user: &str) -> PathBuf {
-        let tokens = std::fs::read_to_string(self.dir.join("certs/tokens.csv"))
-            .unwrap_or_else(|e| panic!("reading tokens.csv: {e}"));
-        let token = tokens
-            .lines()
-            .find_map(|line| {
-                let mut fields = line.split(',');
-                let token = fields.next()?;
-                (fields.next()? == user).then(|| token.to_owned())
-            })
-            .unwrap_or_else(|| panic!("no static token for user {user}"));
+        let token = self.token(user);
         let admin = std::fs::read_to_string(&self.kubeconfig)
             .unwrap_or_else(|e| panic!("reading {}: {e}", self.kubeconfig.display()));
         let mut out = String::new();
@@ -256,6 +251,28 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("creating namespace {name}: {e}"));
         name
     }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (for a listener a test starts).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// `GET path` on 127.0.0.1:`port` (HTTP/1.1, plain): the status and body, `None` when nothing
+/// answers within 5 s.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split_whitespace().nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.

@@ -58,15 +58,30 @@ pub fn config_sync_crd() -> CustomResourceDefinition {
 
 /// A minimal Flux Kustomization CRD (`kustomize.toolkit.fluxcd.io/v1`, any fields).
 pub fn kustomization_crd() -> CustomResourceDefinition {
+    minimal_crd(
+        "kustomize.toolkit.fluxcd.io",
+        "v1",
+        "Kustomization",
+        "kustomizations",
+    )
+}
+
+/// A namespaced CRD that accepts any fields, with a status subresource.
+pub fn minimal_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> CustomResourceDefinition {
     serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "kustomizations.kustomize.toolkit.fluxcd.io"},
+        "metadata": {"name": format!("{plural}.{group}")},
         "spec": {
-            "group": "kustomize.toolkit.fluxcd.io",
-            "names": {"kind": "Kustomization", "plural": "kustomizations",
-                      "singular": "kustomization", "listKind": "KustomizationList"},
+            "group": group,
+            "names": {"kind": kind, "plural": plural,
+                      "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
             "scope": "Namespaced",
-            "versions": [{"name": "v1", "served": true, "storage": true,
+            "versions": [{"name": version, "served": true, "storage": true,
                           "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
                           "subresources": {"status": {}}}],
         },

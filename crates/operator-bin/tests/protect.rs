@@ -10,7 +10,7 @@ mod fault_support;
 
 use std::time::{Duration, Instant};
 
-use conflux_tests::eventually;
+use conflux_tests::{eventually, free_port};
 use fault_support::Conflux;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -32,13 +32,6 @@ async fn impersonating(user: &str) -> Client {
     config.auth_info.impersonate = Some(user.to_owned());
     config.auth_info.impersonate_groups = Some(vec!["tenants".to_owned()]);
     Client::try_from(config).expect("client")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
 }
 
 /// The error message of a refused request (empty when it succeeded).

@@ -18,7 +18,6 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
@@ -84,7 +83,6 @@ async fn apply(client: &Client, doc: &Value) {
 /// Minimal HelmRelease and Receiver CRDs (the world installs Kustomization's), so the
 /// flux-trigger lists and watches all three Flux kinds.
 async fn install_more_flux_crds(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for (group, version, kind, plural) in [
         (
             "helm.toolkit.fluxcd.io",
@@ -99,36 +97,8 @@ async fn install_more_flux_crds(client: &Client) {
             "receivers",
         ),
     ] {
-        let crd = json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": format!("{plural}.{group}")},
-            "spec": {
-                "group": group, "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(),
-                          "listKind": format!("{kind}List")},
-                "versions": [{"name": version, "served": true, "storage": true,
-                              "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
-            },
-        });
-        apply(client, &crd).await;
-        let name = format!("{plural}.{group}");
-        eventually(
-            &format!("CRD {name} established"),
-            Duration::from_secs(60),
-            || {
-                let (crds, name) = (crds.clone(), name.clone());
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let established = crd
-                        .status?
-                        .conditions?
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
-                }
-            },
-        )
-        .await;
+        let crd = conflux_tests::objects::minimal_crd(group, version, kind, plural);
+        conflux_tests::objects::install_crd(client, "conflux-rbac-test", &crd).await;
     }
 }
 
@@ -254,10 +224,7 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
     // copy, a ConfigSync fan-out into two namespaces, a Kustomization `requestedAt` and a
     // Deployment rollout (World, shared with the fault scenarios).
     let world = World::setup(&admin, "rbac", 2).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port");
+    let port = conflux_tests::free_port();
     let mut conflux = Conflux::start_with(
         &kubeconfig,
         "rbac",

@@ -5,9 +5,8 @@
 
 #![allow(dead_code)]
 
+use conflux_tests::{free_port, http_get};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -38,24 +37,6 @@ pub struct Shared {
 }
 
 static SHARED: OnceLock<Shared> = OnceLock::new();
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.split_whitespace().nth(1)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
-    Some((status, body))
-}
 
 /// Starts conflux on first use (and the trusted kopy namespace it needs); it is SIGKILLed when
 /// the test process ends.
