@@ -30,6 +30,8 @@ bin_dir="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 flux_dir="$cache_root/flux-$FLUX_VERSION-operator-$FLUX_OPERATOR_VERSION"
 # The Go on PATH, never a toolchain named in a go.mod: the versions above build with Go 1.26.
 export GOTOOLCHAIN=local
+# Each wrapper module is built alone (a go.work of the user's must not join them).
+export GOWORK=off
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
 die() {
@@ -130,8 +132,9 @@ cmd_gen_mods() {
     EXTRA_REPLACES=${!extra:-} gen_mod "flux/$name-controller" "github.com/fluxcd/$name-controller" \
       "${!var}" "${!var}" "github.com/fluxcd/$name-controller"
   done
-  gen_mod flux/operator github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" \
-    "$FLUX_OPERATOR_VERSION" github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+  EXTRA_REPLACES=${FLUX_OPERATOR_EXTRA_REPLACES:-} gen_mod flux/operator \
+    github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" "$FLUX_OPERATOR_VERSION" \
+    github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
 }
 
 # go build in wrapper module $1, logging to $2; the remaining arguments go to `go build`.
@@ -186,9 +189,25 @@ build_flux() {
     cp "$(module_dir "github.com/fluxcd/$name-controller" "${!var}")"/config/crd/bases/*.yaml "$tmp/crds/"
   done
   log "building flux-operator $FLUX_OPERATOR_VERSION"
-  go_build flux/operator "$cache_root/build-flux-operator.log" -ldflags "-s -w" \
-    -o "$tmp/bin/flux-operator" github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
-  cp "$(module_dir github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION")"/config/crd/bases/*.yaml "$tmp/crds/"
+  local operator
+  operator=$(module_dir github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION")
+  # The published module lacks its built web UI (web/dist, which its go:embed needs): build from
+  # a copy of the module with an empty page there, put in place of the module by a go.work file
+  # outside the repository (the wrapper's go.mod and go.sum still pin every dependency). The UI
+  # is not served: the operator runs with --web-server-port=0.
+  local src="$cache_root/src/flux-operator@$FLUX_OPERATOR_VERSION"
+  rm -rf "$src"
+  mkdir -p "$(dirname "$src")"
+  cp -r "$operator" "$src"
+  chmod -R u+w "$src"
+  mkdir -p "$src/web/dist"
+  printf '<!doctype html><title>flux-operator</title>\n' >"$src/web/dist/index.html"
+  printf 'go %s\n\nuse %s\n\nreplace github.com/controlplaneio-fluxcd/flux-operator %s => %s\n' \
+    "$(awk '$1 == "go" { print $2; exit }' "$ground/flux/operator/go.mod")" \
+    "$ground/flux/operator" "$FLUX_OPERATOR_VERSION" "$src" >"$cache_root/flux-operator.work"
+  GOWORK="$cache_root/flux-operator.work" go_build flux/operator "$cache_root/build-flux-operator.log" \
+    -ldflags "-s -w" -o "$tmp/bin/flux-operator" github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+  cp "$operator"/config/crd/bases/*.yaml "$tmp/crds/"
   # Flux's default RBAC, from the distribution of the same Flux version.
   local flux2
   flux2=$(module_dir github.com/fluxcd/flux2/v2 "$FLUX_VERSION")
@@ -285,7 +304,8 @@ cmd_up() {
   done
   [ "$status" -eq 0 ] || { [ "$status" -eq 75 ] && die "could not find free ports in 3 attempts" "check what is listening on 127.0.0.1"; exit "$status"; }
   if [ "$flux" = 1 ]; then
-    start_flux "$(cd "$dir" && pwd)" || { status=$?; cmd_down "$dir" >/dev/null 2>&1 || true; exit "$status"; }
+    # In a subshell, so that a failure (die exits) still stops what was started.
+    (start_flux "$(cd "$dir" && pwd)") || { status=$?; cmd_down "$dir" >/dev/null 2>&1 || true; exit "$status"; }
   fi
   cmd_env "$dir"
 }
@@ -499,7 +519,8 @@ start_flux() {
     --events-addr "$events" --watch-label-selector 'sharding.fluxcd.io/key=nowatch' \
     --feature-gates DisableConfigWatchers=true
   flux_controller helm-controller helm-controller helm-controller --events-addr "$events"
-  flux_controller flux-operator flux-operator flux-operator \
+  # Flux Operator refuses to run outside FIPS 140-3 mode (Go's own FIPS module).
+  GODEBUG=fips140=on flux_controller flux-operator flux-operator flux-operator \
     --storage-path "$fdir/operator-storage" --web-server-port 0
   printf '%s\n' "$receiver_port" >"$fdir/receiver-port"
 

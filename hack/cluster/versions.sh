@@ -23,3 +23,6 @@ FLUX_OPERATOR_VERSION=v0.58.0
 # dependency version the Go module proxy does not serve (the nearest served patch instead).
 # source-controller v1.9.5 requires github.com/fluxcd/pkg/artifact v0.18.3; the proxy serves v0.18.0.
 SOURCE_CONTROLLER_EXTRA_REPLACES="github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0"
+# flux-operator v0.58.0 requires a pseudo-version of go-containerregistry's authn/kubernetes that
+# the proxy does not serve; the nearest earlier one it serves.
+FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/kubernetes=github.com/google/go-containerregistry/pkg/authn/kubernetes@v0.0.0-20260205022027-93aa2732266a"

@@ -65,8 +65,9 @@ fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
 }
 
 fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
-    // YAML 1.2 booleans only: `yes`/`on` stay strings, as kustomize (go-yaml v3) reads them.
-    let options = serde_saphyr::options! { strict_booleans: true };
+    // As kustomize (go-yaml v3) reads manifests: YAML 1.2 booleans only (`yes`/`on` stay
+    // strings), and a plain integer with a leading zero is octal (`0644` is 420).
+    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
     let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)?;
     Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
 }

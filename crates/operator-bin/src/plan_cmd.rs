@@ -165,7 +165,7 @@ impl Input {
 
     fn parse(&mut self, text: &str, origin: &str, file: Option<String>) {
         // YAML 1.2 booleans, as kustomize reads manifests (see build_cmd.rs).
-        let options = serde_saphyr::options! { strict_booleans: true };
+        let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
         match serde_saphyr::from_multiple_with_options::<Value>(text, options) {
             Ok(documents) => documents.into_iter().for_each(|d| self.push(d, &file)),
             Err(err) => {

@@ -838,69 +838,67 @@ async fn assert_good_trigger_served(case: &Case, ns: &str) {
     .await;
 }
 
+/// Server-side applies `object` once and returns the API server's refusal (panics when it is
+/// accepted).
+async fn refused_by_the_api_server(case: &Case, object: &Value) -> String {
+    let ar = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+        "kustomizations",
+    );
+    let ns = object["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::namespaced_with(case.client.clone(), ns, &ar);
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::apply(MANAGER),
+            &kube::api::Patch::Apply(object),
+        )
+        .await
+    {
+        Ok(_) => panic!("the API server accepted {object}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+// Flux's real Kustomization CRD validates `substituteFrom` (a list of objects with `kind`
+// ConfigMap or Secret and a non-empty `name`), so malformed references never reach conflux on a
+// cluster with Flux's CRDs; conflux's own parsing of them (InvalidReference) is covered by the
+// hostile-input property tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kustomization_with_malformed_substitute_from() {
+async fn kustomization_with_malformed_substitute_from_is_refused_by_fluxs_schema() {
     let case = Case::new("ft-malformed").await;
     let ns = case.ns.clone();
     good_trigger_neighbour(&case, &ns).await;
-    let refs = json!([{"kind": "ConfigMap"}, {"kind": "Pod", "name": "x"}, 7, {"kind": "ConfigMap", "name": "vars"}]);
-    case.apply(kustomization(&ns, "bad", refs, json!({}))).await;
-    let note = case
-        .expect_warning(&ns, "Kustomization", "bad", "InvalidReference")
-        .await;
-    assert!(note.contains("substituteFrom[0].name is missing"), "{note}");
-    assert!(
-        note.contains("substituteFrom[2] is not an object"),
-        "{note}"
-    );
-    let requests = case
-        .assert_reported_once(
-            (&ns, "Kustomization", "bad"),
-            "InvalidReference",
-            &format!("{ns}/bad"),
-            &[at(&ns, "kustomizations", "bad")],
-        )
-        .await;
-    assert!(requests <= 1, "{requests} requests in {SETTLE:?}");
-    // Its well-formed reference still triggers it, beside the good one.
+    for refs in [
+        json!([{"kind": "ConfigMap"}]),
+        json!([{"kind": "Pod", "name": "x"}]),
+        json!([7]),
+        json!([{"kind": "ConfigMap", "name": ""}]),
+    ] {
+        let message =
+            refused_by_the_api_server(&case, &kustomization(&ns, "bad", refs.clone(), json!({})))
+                .await;
+        assert!(message.contains("substituteFrom"), "{refs}: {message}");
+    }
     assert_good_trigger_served(&case, &ns).await;
-    case.wait_for(
-        "the malformed one's good reference still triggers",
-        (
-            "kustomize.toolkit.fluxcd.io/v1",
-            "Kustomization",
-            Some(&ns),
-            "bad",
-        ),
-        |k| requested_at(k).is_some(),
-    )
-    .await;
     case.assert_no_leak(&[&ns]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kustomization_with_substitute_from_not_a_list() {
+async fn kustomization_with_substitute_from_not_a_list_is_refused_by_fluxs_schema() {
     let case = Case::new("ft-notlist").await;
     let ns = case.ns.clone();
     good_trigger_neighbour(&case, &ns).await;
-    case.apply(kustomization(
+    let object = kustomization(
         &ns,
         "bad",
         json!({"kind": "ConfigMap", "name": "vars"}),
         json!({}),
-    ))
-    .await;
-    let note = case
-        .expect_warning(&ns, "Kustomization", "bad", "InvalidReference")
-        .await;
-    assert!(note.contains("substituteFrom is not a list"), "{note}");
-    case.assert_reported_once(
-        (&ns, "Kustomization", "bad"),
-        "InvalidReference",
-        &format!("{ns}/bad"),
-        &[at(&ns, "kustomizations", "bad")],
-    )
-    .await;
+    );
+    let message = refused_by_the_api_server(&case, &object).await;
+    assert!(message.contains("substituteFrom"), "{message}");
     assert_good_trigger_served(&case, &ns).await;
     case.assert_no_leak(&[&ns]).await;
 }

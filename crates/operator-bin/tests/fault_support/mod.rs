@@ -549,11 +549,13 @@ fn secret_data(v: u32) -> Value {
     Value::Object(data)
 }
 
-/// The Deployment's revision once the controller-manager has caught up with its template.
+/// The Deployment's revision once the controller-manager has caught up with its template. After
+/// an API server restart the controller-manager reconnects with its own backoff, which on a
+/// loaded 2-core machine took over 30 s once: the bound is generous, it only waits.
 async fn eventually_revision(deployments: &Api<Deployment>) -> u32 {
     eventually(
         "Deployment revision observed",
-        Duration::from_secs(30),
+        Duration::from_secs(120),
         || {
             let deployments = deployments.clone();
             async move {
