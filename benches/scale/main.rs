@@ -31,6 +31,49 @@ use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-scale";
 
+/// Starts conflux with `--initial-list-strategy=strategy`, waits until it is ready and 3 s more,
+/// stops it; returns the time to ready and the peak RSS (KiB).
+fn start_up(binary: &str, cluster: &conflux_tests::Cluster, strategy: &str) -> (Duration, u64) {
+    let health_port = conflux_tests::free_port();
+    let log = conflux_tests::repo_root().join(format!("target/scale-conflux-{strategy}.log"));
+    let spawned = Instant::now();
+    let mut child = Command::new(binary)
+        .args([
+            "run",
+            "--controllers=copy,sync,reload,flux-trigger",
+            "--log-encoding=console",
+            "--metrics-addr=0",
+            &format!("--health-addr=127.0.0.1:{health_port}"),
+            &format!("--initial-list-strategy={strategy}"),
+        ])
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start conflux");
+    let pid = child.id();
+    let ready = loop {
+        if http_status(health_port, "/readyz") == Some(200) {
+            break spawned.elapsed();
+        }
+        assert!(
+            child.try_wait().ok().flatten().is_none(),
+            "conflux exited; see {}",
+            log.display()
+        );
+        assert!(
+            spawned.elapsed() < Duration::from_secs(600),
+            "not ready in 10 min"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_secs(3));
+    let (peak, _) = memory_kib(pid).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    (ready, peak)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if !run_by_cargo_bench("scale") {
@@ -62,6 +105,19 @@ async fn main() {
         namespaces.min(20),
         started.elapsed().as_secs_f64()
     );
+
+    // Start-up with each initial-list strategy, alternating, two rounds each: time to ready and
+    // peak RSS until 3 s after ready (the default is the better one).
+    for round in 1..=2 {
+        for strategy in ["list-watch", "streaming-list"] {
+            let (ready, peak) = start_up(&binary, cluster, strategy);
+            println!(
+                "scale: --initial-list-strategy={strategy} (round {round}): ready after {:.2} s, peak RSS {:.1} MiB",
+                ready.as_secs_f64(),
+                peak as f64 / 1024.0
+            );
+        }
+    }
 
     let watches_before = registered_watchers(&client).await;
     let (metrics_port, health_port) = (conflux_tests::free_port(), conflux_tests::free_port());

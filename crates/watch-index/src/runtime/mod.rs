@@ -39,6 +39,31 @@ pub use metrics::WatchMetrics;
 /// Default bound after which a subscriber that leaves events unread fails liveness.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(300);
 
+/// How a watch gets the objects that exist when it starts (kube-runtime's
+/// `InitialListStrategy`).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitialList {
+    /// A paginated LIST, then a WATCH from its resourceVersion: every API server has it.
+    ListWatch,
+    /// One WATCH that streams the existing objects first (`sendInitialEvents`, the API server's
+    /// WatchList feature: on by default in Kubernetes 1.32 and from 1.34, off in 1.33): no LIST
+    /// response is held in memory at once on either side. Slightly smaller in the scale run
+    /// (docs/benchmarks.md).
+    #[default]
+    StreamingList,
+}
+
+impl InitialList {
+    /// `config` with this strategy.
+    pub fn apply(self, config: watcher::Config) -> watcher::Config {
+        match self {
+            InitialList::ListWatch => config,
+            InitialList::StreamingList => config.streaming_lists(),
+        }
+    }
+}
+
 /// The process-wide runtime: one client, the watch metrics, the health tree. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Runtime {
@@ -50,6 +75,7 @@ struct Inner {
     metrics: Arc<WatchMetrics>,
     health: Arc<Health>,
     stall_after: Duration,
+    initial_list: InitialList,
     /// The watches started through this runtime; stopped when the last handle goes.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// For a leadership term: the health tree its own node hangs in.
@@ -73,6 +99,7 @@ impl std::fmt::Debug for Inner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")
             .field("stall_after", &self.stall_after)
+            .field("initial_list", &self.initial_list)
             .finish_non_exhaustive()
     }
 }
@@ -85,6 +112,22 @@ impl Runtime {
             Arc::new(WatchMetrics::default()),
             Arc::new(Health::new("conflux")),
             DEFAULT_STALL_AFTER,
+            InitialList::default(),
+            None,
+        )
+    }
+
+    /// The same runtime with another initial-list strategy for every watch it starts.
+    ///
+    /// Call it before starting watches: watches started through the old handle stop with it.
+    pub fn with_initial_list(self, initial_list: InitialList) -> Self {
+        let inner = &self.inner;
+        Runtime::with_parts(
+            inner.client.clone(),
+            inner.metrics.clone(),
+            inner.health.clone(),
+            inner.stall_after,
+            initial_list,
             None,
         )
     }
@@ -100,6 +143,7 @@ impl Runtime {
             inner.metrics.clone(),
             inner.health.clone(),
             stall_after,
+            inner.initial_list,
             None,
         )
     }
@@ -116,6 +160,7 @@ impl Runtime {
             self.inner.metrics.clone(),
             health,
             self.inner.stall_after,
+            self.inner.initial_list,
             Some(self.inner.health.clone()),
         )
     }
@@ -142,6 +187,7 @@ impl Runtime {
         metrics: Arc<WatchMetrics>,
         health: Arc<Health>,
         stall_after: Duration,
+        initial_list: InitialList,
         parent_health: Option<Arc<Health>>,
     ) -> Runtime {
         Runtime {
@@ -150,6 +196,7 @@ impl Runtime {
                 metrics,
                 health,
                 stall_after,
+                initial_list,
                 tasks: Mutex::new(Vec::new()),
                 parent_health,
             }),
@@ -190,7 +237,7 @@ impl Runtime {
     {
         let informer = Informer::spawn(
             api,
-            config,
+            self.inner.initial_list.apply(config),
             resource,
             self.inner.metrics.clone(),
             health,
@@ -224,7 +271,7 @@ impl Runtime {
     {
         let informer = Informer::spawn_with(
             api,
-            config,
+            self.inner.initial_list.apply(config),
             dyntype,
             resource,
             self.inner.metrics.clone(),
