@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, including the end-to-end tests against a real kube-apiserver:
-# builds (or reuses the cached) control-plane binaries, then `cargo test --workspace`. Each test
+# builds (or reuses the cached) control plane and Flux, then `cargo test --workspace`. Each test
 # binary that needs Kubernetes starts its own cluster through hack/cluster.sh and stops it when done.
 # Extra arguments go to `cargo test` (for example `hack/test.sh -p watch-index`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$(date +%s)
-bash hack/cluster.sh build
+bash hack/cluster.sh build --flux
 echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
 
 if [ $# -eq 0 ]; then
