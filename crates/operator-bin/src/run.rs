@@ -7,6 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use conflux_runtime::admin::{Admin, Endpoints};
+use conflux_runtime::lease::{self, LeaderElectionConfig};
+use conflux_runtime::server::{Limits, Server};
+use conflux_runtime::{Runtime, shutdown};
 use copy_core::protect::Policy;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::protect::{self, ProtectConfig};
@@ -14,13 +18,12 @@ use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
-use watch_index::runtime::flux::{self, FluxTriggerConfig};
-use watch_index::runtime::leader::{self, LeaderElectionConfig};
-use watch_index::runtime::{ConfigWatches, Runtime, shutdown_signal};
+use watch_index::runtime::ConfigWatches;
+use watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
 
-use crate::metrics::{self, Endpoints, Metrics};
+use crate::metrics::{self, Metrics};
 use crate::telemetry::{self, LogEncoding};
 
 /// The controllers `--controllers` can name (docs/design.md section 6).
@@ -390,14 +393,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.register(runtime.metrics(), &mut registry);
     let registry = Arc::new(registry);
     let health = runtime.health().clone();
-    if let Some(addr) = metrics::parse_bind_addr("--metrics-addr", &args.metrics_addr)? {
-        let bound =
-            metrics::serve(addr, Endpoints::Metrics, registry.clone(), health.clone()).await?;
-        info!(addr = %bound, "serving metrics");
-    }
-    if let Some(addr) = metrics::parse_bind_addr("--health-addr", &args.health_addr)? {
-        let bound = metrics::serve(addr, Endpoints::Health, registry.clone(), health).await?;
-        info!(addr = %bound, "serving health probes");
+    for (flag, value, endpoints) in [
+        ("--metrics-addr", &args.metrics_addr, Endpoints::Metrics),
+        ("--health-addr", &args.health_addr, Endpoints::Health),
+    ] {
+        let Some(addr) = metrics::parse_bind_addr(flag, value)? else {
+            continue;
+        };
+        // One request per connection, as probes and scrapes make them: nothing lingers.
+        let server = Server::bind(addr).await?.with_limits(Limits {
+            keep_alive: false,
+            ..Limits::default()
+        });
+        info!(addr = %server.local_addr(), endpoints = ?endpoints, "serving admin endpoints");
+        let admin = Admin::new(endpoints, registry.clone(), health.clone());
+        runtime.spawn(server.serve(admin, runtime.tasks().token().clone().cancelled_owned()));
     }
 
     let names: Vec<&str> = plan.controllers.iter().map(|c| c.as_str()).collect();
@@ -407,7 +417,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let configs = ConfigWatches::start(&runtime, plan.configs_namespace.as_deref());
     // The webhook answers on every replica (its decisions read only the object).
     if let Some(config) = plan.protect.clone() {
-        tokio::spawn(protect::serve(
+        runtime.spawn(protect::serve(
             runtime.clone(),
             config,
             metrics.protect.clone(),
@@ -415,22 +425,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let Some(election) = plan.leader_election.clone() else {
         let mut tasks = start_controllers(&plan, &runtime, &configs, &metrics);
-        return tokio::select! {
-            () = shutdown_signal() => {
+        let result = tokio::select! {
+            () = shutdown::signal() => {
                 info!("shutdown signal received, stopping");
-                tasks.abort_all();
                 Ok(())
             }
             err = supervise(&mut tasks) => Err(err),
         };
+        tasks.shutdown().await;
+        stop(&runtime).await;
+        return result;
     };
     info!(lease = %election.name, identity = %election.identity, "leader election: waiting for the lease");
     let leader_metrics = metrics.leader.clone();
-    leader::run_elected(
-        runtime,
+    lease::run_elected(
+        runtime.clone(),
         election,
         leader_metrics,
-        shutdown_signal(),
+        shutdown::signal(),
         |term| {
             let mut tasks = start_controllers(&plan, &term, &configs, &metrics);
             async move {
@@ -440,8 +452,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     )
     .await;
+    stop(&runtime).await;
     info!("shutdown signal received, stopped");
     Ok(())
+}
+
+/// How long the process's tasks (servers draining, retries) may take to stop.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// Cancels the process's tasks and waits for them (servers finish the requests in flight).
+async fn stop(runtime: &Runtime) {
+    if !runtime.end(STOP_BOUND).await {
+        tracing::warn!(
+            seconds = STOP_BOUND.as_secs(),
+            "some tasks did not stop in time"
+        );
+    }
 }
 
 /// Starts every planned controller on `runtime` (the process's, or a leadership term's).
@@ -458,7 +484,7 @@ fn start_controllers(
         match controller {
             ControllerName::FluxTrigger => {
                 let (config, m) = (plan.flux_trigger.clone(), metrics.flux.clone());
-                tasks.spawn(flux::run(rt, configs, config, m));
+                tasks.spawn(flux_trigger::run(rt, configs, config, m));
             }
             ControllerName::Copy => {
                 let ctx =

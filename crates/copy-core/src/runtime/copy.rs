@@ -18,6 +18,8 @@ use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use conflux_runtime::events::{Problems, recorder};
+use conflux_runtime::{Health, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::PartialObjectMeta;
@@ -28,9 +30,8 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, info};
 use watch_index::index::ReverseIndex;
 use watch_index::refs::{ObjectRef, ReferenceSet};
+use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{Problems, recorder};
-use watch_index::runtime::{ConfigWatches, Health, Runtime};
 use watch_index::selector::Selector;
 
 use super::executor::{
@@ -117,7 +118,7 @@ impl Context {
         let Some(resource_set) = resource_set_of(meta.labels.as_ref()) else {
             return true;
         };
-        let id = watch_index::runtime::object_id(meta);
+        let id = conflux_runtime::client::object_id(meta);
         let first = self
             .left_to_flux_operator
             .lock()
@@ -328,7 +329,7 @@ async fn sync_copy(
             return Err(source_ref.unavailable(reason));
         }
         // The source could not be read: say so as Flux Operator does, with the API's reason.
-        Err(Error::Kube(watch_index::Error::Api { source, .. })) => {
+        Err(Error::Kube(conflux_runtime::Error::Api { source, .. })) => {
             return Err(source_ref.unavailable(source));
         }
         Err(err) => return Err(err),

@@ -9,7 +9,6 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use watch_index::runtime::events::bounded;
 
 use crate::ownership::FIELD_MANAGER;
 use crate::{ConfigObject, Result, SourceKind};
@@ -51,14 +50,16 @@ pub async fn get_object(
     Ok(match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(ConfigObject::from)
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(ConfigObject::from)
         }
     })
@@ -74,8 +75,9 @@ pub async fn list_objects(
     Ok(match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::all(client.clone());
-            bounded(action, api.list(params))
-                .await?
+            api.list(params)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .items
                 .into_iter()
                 .map(ConfigObject::from)
@@ -83,8 +85,9 @@ pub async fn list_objects(
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::all(client.clone());
-            bounded(action, api.list(params))
-                .await?
+            api.list(params)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .items
                 .into_iter()
                 .map(ConfigObject::from)
@@ -110,14 +113,16 @@ pub async fn apply_returning_meta(
     Ok(match object {
         ConfigObject::ConfigMap(cm) => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(cm)))
-                .await?
+            api.patch(name, &params, &Patch::Apply(cm))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .metadata
         }
         ConfigObject::Secret(s) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(s)))
-                .await?
+            api.patch(name, &params, &Patch::Apply(s))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .metadata
         }
     })
@@ -139,11 +144,15 @@ pub async fn merge_patch(
     match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+            api.patch(name, &params, &Patch::Merge(patch))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+            api.patch(name, &params, &Patch::Merge(patch))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
     }
     Ok(())
@@ -183,15 +192,21 @@ async fn delete_with(
     let result = match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
+            api.delete(name, &dp)
+                .await
+                .map_err(conflux_runtime::Error::api(action))
+                .map(drop)
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
+            api.delete(name, &dp)
+                .await
+                .map_err(conflux_runtime::Error::api(action))
+                .map(drop)
         }
     };
     match result {
-        Err(watch_index::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
+        Err(conflux_runtime::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
         other => Ok(other?),
     }
 }
@@ -209,11 +224,15 @@ pub async fn recreate(client: &Client, object: &ConfigObject) -> Result<()> {
     match object {
         ConfigObject::ConfigMap(cm) => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.create(&params, cm)).await?;
+            api.create(&params, cm)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
         ConfigObject::Secret(s) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.create(&params, s)).await?;
+            api.create(&params, s)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
     }
     Ok(())

@@ -24,6 +24,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use conflux_runtime::{Health, Runtime};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -47,9 +48,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
+use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::bounded;
-use watch_index::runtime::{ConfigWatches, Health, Runtime};
 
 use crate::ConfigSync;
 use crate::consent;
@@ -309,12 +309,14 @@ fn cert_names(config: &ProtectConfig) -> Vec<String> {
 async fn generated_cert(client: &Client, config: &ProtectConfig) -> Result<CertPem, String> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &config.namespace);
     let names = cert_names(config);
-    let current = bounded(
-        format!("reading Secret {}/{CERT_SECRET}", config.namespace),
-        api.get_opt(CERT_SECRET),
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let current = api
+        .get_opt(CERT_SECRET)
+        .await
+        .map_err(conflux_runtime::Error::api(format!(
+            "reading Secret {}/{CERT_SECRET}",
+            config.namespace
+        )))
+        .map_err(|e| e.to_string())?;
     if let Some(secret) = &current {
         let annotations = secret.annotations();
         let fresh = annotations
@@ -357,14 +359,15 @@ async fn generated_cert(client: &Client, config: &ProtectConfig) -> Result<CertP
     };
     let action = format!("writing Secret {}/{CERT_SECRET}", config.namespace);
     let written = match current {
-        None => bounded(action, api.create(&PostParams::default(), &secret)).await,
+        None => api
+            .create(&PostParams::default(), &secret)
+            .await
+            .map_err(conflux_runtime::Error::api(action)),
         Some(old) => {
             secret.metadata.resource_version = old.metadata.resource_version;
-            bounded(
-                action,
-                api.replace(CERT_SECRET, &PostParams::default(), &secret),
-            )
-            .await
+            api.replace(CERT_SECRET, &PostParams::default(), &secret)
+                .await
+                .map_err(conflux_runtime::Error::api(action))
         }
     };
     match written {
@@ -373,7 +376,7 @@ async fn generated_cert(client: &Client, config: &ProtectConfig) -> Result<CertP
             Ok(pem)
         }
         // Another replica wrote one first: use it next round.
-        Err(watch_index::Error::Api { source, .. }) if source.code() == Some(409) => {
+        Err(conflux_runtime::Error::Api { source, .. }) if source.code() == Some(409) => {
             Err("another replica is writing the webhook certificate".to_owned())
         }
         Err(err) => Err(err.to_string()),
@@ -463,11 +466,11 @@ async fn register(client: &Client, config: &ProtectConfig, ca: &str) -> crate::R
     let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    bounded(
-        format!("registering ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION}"),
-        api.patch(WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&body)),
-    )
-    .await?;
+    api.patch(WEBHOOK_CONFIGURATION, &params, &Patch::Apply(&body))
+        .await
+        .map_err(conflux_runtime::Error::api(format!(
+            "registering ValidatingWebhookConfiguration {WEBHOOK_CONFIGURATION}"
+        )))?;
     Ok(())
 }
 
@@ -868,11 +871,15 @@ async fn label(
     match kind {
         SourceKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(&body))).await?;
+            api.patch(name, &params, &Patch::Apply(&body))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
         SourceKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(&body))).await?;
+            api.patch(name, &params, &Patch::Apply(&body))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
     }
     Ok(())

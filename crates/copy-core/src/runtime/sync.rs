@@ -23,6 +23,8 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use conflux_runtime::events::{Problems, publish, recorder};
+use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -35,8 +37,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{Problems, bounded, publish, recorder};
-use watch_index::runtime::{ConfigWatches, Health, Informer, Runtime, sharded};
+use watch_index::runtime::{ConfigWatches, sharded};
 use watch_index::selector::Selector;
 
 use super::copy::RESYNC_INTERVAL;
@@ -307,9 +308,11 @@ fn finalizer_error(err: kube::runtime::finalizer::Error<Error>) -> Error {
     use kube::runtime::finalizer::Error as F;
     match err {
         F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-        F::AddFinalizer(e) => watch_index::Error::api("adding the ConfigSync finalizer")(e).into(),
+        F::AddFinalizer(e) => {
+            conflux_runtime::Error::api("adding the ConfigSync finalizer")(e).into()
+        }
         F::RemoveFinalizer(e) => {
-            watch_index::Error::api("removing the ConfigSync finalizer")(e).into()
+            conflux_runtime::Error::api("removing the ConfigSync finalizer")(e).into()
         }
         F::UnnamedObject => Error::Finalizer("object has no name"),
         _ => Error::Finalizer("invalid finalizer"),
@@ -349,11 +352,11 @@ async fn apply_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
         });
         let api = Api::<ConfigSync>::all(ctx.client.clone());
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        bounded(
-            format!("writing status of ConfigSync {name}"),
-            api.patch_status(&name, &params, &Patch::Apply(&body)),
-        )
-        .await?;
+        api.patch_status(&name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(conflux_runtime::Error::api(format!(
+                "writing status of ConfigSync {name}"
+            )))?;
     }
     finish(ctx, &format!("ConfigSync/{name}"), &reference, &outcome).await
 }

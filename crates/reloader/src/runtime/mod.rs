@@ -35,6 +35,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use conflux_runtime::backoff::Policy;
+use conflux_runtime::client::object_id;
+use conflux_runtime::events::{Problems, publish, recorder};
+use conflux_runtime::{Change, Informer, Probe, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
@@ -53,10 +57,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use watch_index::refs::{ConfigKind, ObjectRef};
 use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::events::{Problems, bounded, publish, recorder};
-use watch_index::runtime::{
-    Change, ConfigWatches, Informer, Probe, Runtime, StartupBackoff, object_id, sharded,
-};
+use watch_index::runtime::{ConfigWatches, sharded};
 use watch_index::selector::Selector;
 
 use crate::consumers::Consumption;
@@ -381,9 +382,9 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
             }
         });
     }
-    let mut backoff = StartupBackoff::default();
+    let mut backoff = Policy::STARTUP.backoff();
     let resources = loop {
-        watch_index::runtime::wait_apiserver_ready(&ctx.client, "reload").await;
+        conflux_runtime::client::wait_apiserver_ready(&ctx.client, "reload").await;
         match discover(&ctx.client).await {
             Ok(found) => break found,
             Err(err) => {
@@ -442,13 +443,13 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
 /// The workload kinds this API server serves, with the version to use (CronJob is `batch/v1`
 /// from Kubernetes 1.21, `batch/v1beta1` before).
 async fn discover(client: &Client) -> Result<HashMap<WorkloadKind, ApiResource>> {
-    let discovery = bounded(
-        "API discovery of the workload kinds",
-        Discovery::new(client.clone())
-            .filter(&["apps", "batch"])
-            .run(),
-    )
-    .await?;
+    let discovery = Discovery::new(client.clone())
+        .filter(&["apps", "batch"])
+        .run()
+        .await
+        .map_err(conflux_runtime::Error::api(
+            "API discovery of the workload kinds",
+        ))?;
     let mut found = HashMap::new();
     for kind in WorkloadKind::ALL {
         // The preferred version of the group, else the most stable one serving the kind
@@ -486,7 +487,7 @@ async fn discover(client: &Client) -> Result<HashMap<WorkloadKind, ApiResource>>
 async fn watch_workloads(
     ctx: Arc<Context>,
     kind: WorkloadKind,
-    mut sub: watch_index::runtime::Subscription<DynamicObject>,
+    mut sub: conflux_runtime::Subscription<DynamicObject>,
     listed: Arc<tokio::sync::Semaphore>,
 ) {
     while let Some(change) = sub.recv().await {
@@ -611,7 +612,7 @@ fn forget_workload(ctx: &Context, object: &ObjectRef) {
 /// sight. Later changes (re-lists included) schedule evaluations.
 async fn watch_configs<K: ConfigResource>(
     ctx: Arc<Context>,
-    mut sub: watch_index::runtime::Subscription<PartialObjectMeta<K>>,
+    mut sub: conflux_runtime::Subscription<PartialObjectMeta<K>>,
     listed: Arc<tokio::sync::Semaphore>,
 ) {
     let kind = K::KIND;
@@ -807,14 +808,16 @@ async fn fetch(client: &Client, id: &ConfigId) -> Result<Option<Fetched>> {
     Ok(match kind {
         ConfigKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), ns);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(Fetched::ConfigMap)
         }
         ConfigKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), ns);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(Fetched::Secret)
         }
     })
@@ -1029,11 +1032,13 @@ async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> Result<()> {
     let api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &plan.object.namespace, &ar);
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let written = bounded(
-        format!("applying {kind} {}", plan.object),
-        api.patch(&plan.object.name, &params, &Patch::Apply(&patch)),
-    )
-    .await?;
+    let written = api
+        .patch(&plan.object.name, &params, &Patch::Apply(&patch))
+        .await
+        .map_err(conflux_runtime::Error::api(format!(
+            "applying {kind} {}",
+            plan.object
+        )))?;
     if let Ok(owned) = Owned::from_dynamic(kind, written) {
         let mut state = ctx.state();
         let newer = state

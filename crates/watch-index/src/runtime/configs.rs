@@ -11,8 +11,8 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{Health, Informer, Runtime};
 use crate::refs::ConfigKind;
+use conflux_runtime::{Health, Informer, Runtime};
 
 /// ConfigMap or Secret, as a type.
 pub trait ConfigResource:

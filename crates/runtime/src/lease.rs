@@ -5,8 +5,9 @@
 //!
 //! - **Only the leader writes.** Each leadership term gets its own [`Client`] that shares the
 //!   process's connection pool but refuses every write (anything but GET) once the term has
-//!   ended. Tasks a controller spawned during the term and that outlive it (retries in the
-//!   background) therefore cannot write either: losing the lease stops writing at once.
+//!   ended. Tasks a controller spawned during the term are the term's ([`Runtime::spawn`]):
+//!   cancelled and awaited when it ends, and refused at the client meanwhile, so losing the
+//!   lease stops writing at once.
 //! - **Losing the lease is noticed in time.** The term ends when the lease manager says so, when
 //!   a renewal fails, when the Lease names another holder, or when the Lease could not be read
 //!   for the renew deadline (a leader cut off from the API server steps down before its lease can
@@ -36,7 +37,8 @@ use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Runtime, StartupBackoff};
+use crate::Runtime;
+use crate::backoff::Policy;
 
 /// Settings of the election, named after Flux's flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,8 +148,8 @@ impl LeaderMetrics {
 
 /// Runs the election until `shutdown` resolves. Each time the lease is acquired, `lead` is
 /// called with a [`Runtime`] whose client writes only during this term; the future it returns
-/// runs until the lease is lost, then it is dropped, and the term's watches stop with its
-/// runtime. On shutdown a leader stops writing and releases the lease, so another replica takes
+/// runs until the lease is lost, then it is dropped, and the term's tasks and watches are
+/// cancelled and awaited (at most a retry period). On shutdown a leader stops writing and releases the lease, so another replica takes
 /// over at once instead of after the lease duration.
 pub async fn run_elected<F, Fut>(
     runtime: Runtime,
@@ -196,7 +198,10 @@ pub async fn run_elected<F, Fut>(
         // Stop writing before anything else: background tasks of the term hold its client.
         open.store(false, Ordering::SeqCst);
         metrics.master_status.set(0);
-        term.end();
+        // The term's tasks (retries, catch-ups, its watches) end with it.
+        if !term.end(config.retry_period).await {
+            warn!(lease = %config.name, "leader election: some tasks of the ended term did not stop in time");
+        }
         if stopping {
             let released = tokio::time::timeout(config.retry_period, manager.release()).await;
             info!(lease = %config.name, released = matches!(released, Ok(Ok(()))), "leader election: stopped writing and released the lease");
@@ -207,7 +212,7 @@ pub async fn run_elected<F, Fut>(
 }
 
 async fn build_manager(client: &Client, config: &LeaderElectionConfig) -> LeaseManager {
-    let mut backoff = StartupBackoff::default();
+    let mut backoff = Policy::STARTUP.backoff();
     let mut logged = false;
     loop {
         let built = LeaseManagerBuilder::new(client.clone(), &config.name)
