@@ -207,3 +207,55 @@ async fn serve_connection<S, B>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_util::sync::CancellationToken;
+
+    use super::*;
+    use crate::admin::{Admin, Endpoints};
+    use crate::health::Health;
+
+    async fn get(addr: SocketAddr, path: &str) -> String {
+        let mut socket = TcpStream::connect(addr).await.expect("connect");
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        socket.write_all(request.as_bytes()).await.expect("write");
+        let mut answer = String::new();
+        socket.read_to_string(&mut answer).await.expect("read");
+        answer
+    }
+
+    #[tokio::test]
+    async fn serves_a_tower_service_and_drains_on_shutdown() {
+        let health = Arc::new(Health::new("conflux"));
+        health.set_ready(true);
+        let admin = Admin::new(
+            Endpoints::Health,
+            Arc::new(prometheus_client::registry::Registry::default()),
+            health,
+        );
+        let server = Server::bind("127.0.0.1:0".parse().expect("addr"))
+            .await
+            .expect("bound");
+        let addr = server.local_addr();
+        let stop = CancellationToken::new();
+        let serving = tokio::spawn(server.serve(admin, stop.clone().cancelled_owned()));
+        let answer = get(addr, "/readyz").await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok\n"), "{answer}");
+        assert!(get(addr, "/nothing").await.starts_with("HTTP/1.1 404"));
+        // An idle keep-alive connection does not hold the shutdown up.
+        let idle = TcpStream::connect(addr).await.expect("connect");
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), serving)
+            .await
+            .expect("drained in time")
+            .expect("no panic");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
+        drop(idle);
+    }
+}

@@ -1,10 +1,7 @@
 //! The writes of copies, and the reads they need: server-side apply with field manager `conflux`
 //! and `force`, the cleanup merge patch, delete, and delete-and-create where a field is immutable.
-//! Every request is bounded in time; errors name the object and the action, never data.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+//! Every request is bounded in time (by the runtime's client); errors name the object and the
+//! action, never data.
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::Client;
@@ -12,32 +9,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 
 use crate::ownership::FIELD_MANAGER;
 use crate::{ConfigObject, Result, SourceKind};
-
-/// Per-object exponential backoff for failed reconciles (1 s doubling up to 5 min), reset on
-/// success.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    /// The delay before retrying `key` after one more failure.
-    pub fn next(&self, key: String) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        let secs = 1u64 << (*n - 1).min(9);
-        Duration::from_secs(secs.min(300))
-    }
-
-    /// Forgets the failures of `key`.
-    pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-}
 
 /// Reads a ConfigMap or Secret with its data; `None` when it does not exist.
 pub async fn get_object(
@@ -247,26 +218,5 @@ pub fn object_reference(kind: SourceKind, meta: &kube::api::ObjectMeta) -> Objec
         name: meta.name.clone(),
         uid: meta.uid.clone(),
         ..ObjectReference::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_per_object_up_to_five_minutes_and_resets_on_success() {
-        let backoff = Backoff::default();
-        let delays: Vec<u64> = (0..12)
-            .map(|_| backoff.next("ConfigMap/a/b".to_owned()).as_secs())
-            .collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
-        assert_eq!(
-            backoff.next("Secret/a/b".to_owned()).as_secs(),
-            1,
-            "per object"
-        );
-        backoff.reset("ConfigMap/a/b");
-        assert_eq!(backoff.next("ConfigMap/a/b".to_owned()).as_secs(), 1);
     }
 }

@@ -24,13 +24,10 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use conflux_runtime::server::Server;
 use conflux_runtime::{Health, Runtime};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
 use hyper::{Method, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -46,7 +43,6 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
-use tokio::net::TcpListener;
 use tracing::{debug, info, warn};
 use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::configs::ConfigResource;
@@ -59,6 +55,7 @@ use crate::protect::{
     decide, dependents_annotation,
 };
 use crate::{Error, SourceKind};
+use conflux_runtime::sync::{lock, read, write};
 
 /// Name of the ValidatingWebhookConfiguration conflux registers.
 pub const WEBHOOK_CONFIGURATION: &str = "conflux-protect";
@@ -162,10 +159,7 @@ struct CertResolver {
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        read(&self.current).clone()
     }
 }
 
@@ -201,18 +195,26 @@ pub async fn serve(runtime: Runtime, mut config: ProtectConfig, metrics: Arc<Pro
         config.policy.allow_users.push(own);
     }
     let resolver = Arc::new(CertResolver::default());
-    let listener = loop {
-        match TcpListener::bind(config.addr).await {
-            Ok(listener) => break listener,
+    let tls = match tls_config(resolver.clone()) {
+        Ok(tls) => tls,
+        Err(err) => {
+            warn!(error = %err, reason = "TlsSetupFailed", "protect: cannot configure TLS");
+            return;
+        }
+    };
+    let server = loop {
+        match Server::bind(config.addr).await {
+            Ok(server) => break server,
             Err(err) => {
-                warn!(addr = %config.addr, error = %err, reason = "BindFailed", "protect: cannot listen; retrying");
+                warn!(error = %err, reason = err.reason(), "protect: cannot listen; retrying");
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
         }
     };
-    info!(addr = %config.addr, "protect: serving the admission webhook");
-    let policy = Arc::new(config.policy.clone());
-    tokio::spawn(accept(listener, resolver.clone(), policy, metrics));
+    info!(addr = %server.local_addr(), "protect: serving the admission webhook");
+    let admission = Admission::new(config.policy.clone(), metrics);
+    let stop = runtime.tasks().token().clone().cancelled_owned();
+    runtime.spawn(server.with_tls(tls).serve(admission, stop));
     keep_certificate(runtime.client(), &config, &resolver, &health).await;
 }
 
@@ -236,7 +238,7 @@ async fn keep_certificate(
                 let key = pem
                     .certified_key()
                     .map_err(|e| format!("certificate: {e}"))?;
-                *resolver.current.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(key));
+                *write(&resolver.current) = Some(Arc::new(key));
                 served = Some(pem.clone());
                 registered = false;
                 info!("protect: certificate loaded");
@@ -488,64 +490,72 @@ fn own_service_account() -> Option<String> {
     claims["sub"].as_str().map(str::to_owned)
 }
 
-/// Accepts TLS connections and serves each on a task of its own, with the same timeouts as the
-/// probes (a slow client cannot hold a connection).
-async fn accept(
-    listener: TcpListener,
-    resolver: Arc<CertResolver>,
-    policy: Arc<Policy>,
-    metrics: Arc<ProtectMetrics>,
-) {
-    let tls = rustls::ServerConfig::builder_with_provider(Arc::new(
+/// The TLS settings of the webhook: HTTP/1.1, the certificate from `resolver` (swapped in place
+/// when it changes).
+fn tls_config(resolver: Arc<CertResolver>) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
-    .with_safe_default_protocol_versions()
-    .map(|b| b.with_no_client_auth().with_cert_resolver(resolver));
-    let tls = match tls {
-        Ok(mut tls) => {
-            tls.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Arc::new(tls)
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_cert_resolver(resolver);
+    tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(tls))
+}
+
+/// The admission endpoint as a `tower` service: `POST` [`PATH`] with an AdmissionReview, answered
+/// from the object's own labels ([`crate::protect::decide`]). It knows nothing of TLS or
+/// sockets; [`serve`] puts it behind conflux-runtime's HTTPS server. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    policy: Arc<Policy>,
+    metrics: Arc<ProtectMetrics>,
+}
+
+impl Admission {
+    /// Decides with `policy`, counting answers in `metrics`.
+    pub fn new(policy: Policy, metrics: Arc<ProtectMetrics>) -> Self {
+        Admission {
+            policy: Arc::new(policy),
+            metrics,
         }
-        Err(err) => {
-            warn!(error = %err, reason = "TlsSetupFailed", "protect: cannot configure TLS");
-            return;
-        }
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(conn) => conn,
-            Err(err) => {
-                debug!(error = %err, "protect: accept failed");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let (acceptor, policy, metrics) = (acceptor.clone(), policy.clone(), metrics.clone());
-        tokio::spawn(async move {
-            let handshake =
-                tokio::time::timeout(Duration::from_secs(5), acceptor.accept(stream)).await;
-            let Ok(Ok(stream)) = handshake else {
-                return;
-            };
-            let service = service_fn(move |req| {
-                let (policy, metrics) = (policy.clone(), metrics.clone());
-                async move { Ok::<_, std::convert::Infallible>(handle(req, &policy, &metrics).await) }
-            });
-            let conn = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(5))
-                .serve_connection(TokioIo::new(stream), service);
-            let _ = tokio::time::timeout(Duration::from_secs(60), conn).await;
-        });
     }
 }
 
-async fn handle(
-    req: hyper::Request<Incoming>,
+impl<B> tower_service::Service<hyper::Request<B>> for Admission
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: hyper::Request<B>) -> Self::Future {
+        let (policy, metrics) = (self.policy.clone(), self.metrics.clone());
+        Box::pin(async move { Ok(handle(req, &policy, &metrics).await) })
+    }
+}
+
+async fn handle<B>(
+    req: hyper::Request<B>,
     policy: &Policy,
     metrics: &ProtectMetrics,
-) -> Response<Full<Bytes>> {
+) -> Response<Full<Bytes>>
+where
+    B: hyper::body::Body,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let reply = |status: StatusCode, body: Vec<u8>| {
         let mut response = Response::new(Full::new(Bytes::from(body)));
         *response.status_mut() = status;
@@ -692,7 +702,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
             .boxed_unit(),
     ] {
         let notify = notify.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             use futures::StreamExt;
             while sub.next().await.is_some() {
                 notify.notify_one();
@@ -811,11 +821,7 @@ async fn converge<K: ConfigResource>(
         let current = annotations.and_then(|a| a.get(DEPENDENTS_ANNOTATION));
         let wanted = match desired.get(&key) {
             Some(dependents) if ctx.excluded_namespaces.contains(&namespace) => {
-                let first = ctx
-                    .warned
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(key.clone());
+                let first = lock(&ctx.warned).insert(key.clone());
                 if first {
                     warn!(object = %format!("{kind}/{namespace}/{name}"), dependents = %dependents_annotation(dependents), reason = "NotProtected", "protect: sources in this namespace are never protected");
                 }
@@ -922,5 +928,85 @@ mod tests {
             }
         };
         assert_eq!(cert_names(&url), ["127.0.0.1"]);
+    }
+
+    /// One AdmissionReview as the API server sends it, for a ConfigMap labelled protected.
+    fn review(operation: &str, group: &str) -> hyper::Request<Full<Bytes>> {
+        let body = serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "b0b0",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "name": "source",
+                "namespace": "apps",
+                "operation": operation,
+                "userInfo": {"username": "someone", "groups": ["system:authenticated", group]},
+                "oldObject": {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {
+                        "name": "source",
+                        "namespace": "apps",
+                        "labels": {PROTECTED_LABEL: "true"},
+                    },
+                },
+                "dryRun": false,
+            },
+        });
+        hyper::Request::post(PATH)
+            .body(Full::new(Bytes::from(body.to_string())))
+            .expect("request")
+    }
+
+    async fn answer(
+        admission: &mut Admission,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> (StatusCode, serde_json::Value) {
+        let response = tower_service::Service::call(admission, request)
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        (status, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn the_admission_service_answers_reviews_without_tls() {
+        let metrics = Arc::new(ProtectMetrics::default());
+        let mut admission = Admission::new(Policy::default(), metrics.clone());
+        let (status, body) = answer(&mut admission, review("DELETE", "tenants")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(body["response"]["uid"], "b0b0");
+        assert_eq!(body["response"]["allowed"], false, "{body}");
+        let (_, body) = answer(&mut admission, review("DELETE", "system:masters")).await;
+        assert_eq!(body["response"]["allowed"], true, "{body}");
+        let denied = metrics
+            .requests
+            .get_or_create(&WebhookLabels {
+                operation: "DELETE".into(),
+                verdict: "deny".into(),
+            })
+            .get();
+        assert_eq!(denied, 1, "{body}");
+        let mut elsewhere = review("DELETE", "tenants");
+        *elsewhere.uri_mut() = "/other".parse().expect("uri");
+        assert_eq!(
+            answer(&mut admission, elsewhere).await.0,
+            StatusCode::NOT_FOUND
+        );
+        let garbage = hyper::Request::post(PATH)
+            .body(Full::new(Bytes::from_static(b"not json")))
+            .expect("request");
+        assert_eq!(
+            answer(&mut admission, garbage).await.0,
+            StatusCode::BAD_REQUEST
+        );
     }
 }

@@ -23,6 +23,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use conflux_runtime::backoff::{KeyedBackoff, Policy};
 use conflux_runtime::events::{Problems, publish, recorder};
 use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
@@ -42,7 +43,7 @@ use watch_index::selector::Selector;
 
 use super::copy::RESYNC_INTERVAL;
 use super::executor::{
-    Backoff, apply, delete, get_object, list_objects, merge_patch, object_reference, recreate,
+    apply, delete, get_object, list_objects, merge_patch, object_reference, recreate,
 };
 use super::{ApplyLabels, CopyMetrics, concurrency};
 use crate::config_sync::FINALIZER;
@@ -55,6 +56,7 @@ use crate::status::SyncOutcome;
 use crate::{
     ConfigSync, Error, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion, plan_sync,
 };
+use conflux_runtime::sync::{read, write};
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -81,7 +83,7 @@ pub struct Context {
     config: SyncConfig,
     metrics: Arc<CopyMetrics>,
     recorder: Recorder,
-    backoff: Backoff,
+    backoff: KeyedBackoff<String>,
     /// The problems of each ConfigSync and kopy source, so each is reported once.
     problems: Problems,
     /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
@@ -107,7 +109,7 @@ impl Context {
             client,
             config,
             metrics,
-            backoff: Backoff::default(),
+            backoff: KeyedBackoff::new(Policy::RECONCILE),
             problems: Problems::default(),
             kopy_owners: RwLock::new(HashSet::new()),
             namespaces: RwLock::new(None),
@@ -116,11 +118,7 @@ impl Context {
 
     /// Every namespace, once listed: an empty or partial list would prune every copy.
     fn namespaces(&self) -> Result<Vec<Arc<PartialObjectMeta<Namespace>>>, Error> {
-        let informer = self
-            .namespaces
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let informer = read(&self.namespaces).clone();
         match informer {
             Some(informer) if informer.has_listed() => Ok(informer.store().state()),
             _ => Err(Error::NotListed { what: "Namespaces" }),
@@ -139,7 +137,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         "Namespace",
         &health,
     );
-    *ctx.namespaces.write().unwrap_or_else(|p| p.into_inner()) = Some(namespaces.clone());
+    *write(&ctx.namespaces) = Some(namespaces.clone());
     let syncs: Informer<ConfigSync> = runtime.informer(
         Api::all(ctx.client.clone()),
         sharded(&ctx.config.object_selector),
@@ -148,8 +146,8 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     );
     tokio::join!(
         run_config_syncs(ctx.clone(), &syncs, &namespaces, &configs),
-        run_kopy::<ConfigMap>(ctx.clone(), &namespaces, &configs, &health),
-        run_kopy::<Secret>(ctx, &namespaces, &configs, &health),
+        run_kopy::<ConfigMap>(ctx.clone(), &runtime, &namespaces, &configs, &health),
+        run_kopy::<Secret>(ctx, &runtime, &namespaces, &configs, &health),
     );
 }
 
@@ -604,6 +602,7 @@ async fn execute_step(
 
 async fn run_kopy<K: ConfigResource>(
     ctx: Arc<Context>,
+    runtime: &Runtime,
     namespaces: &Informer<PartialObjectMeta<Namespace>>,
     configs: &ConfigWatches,
     health: &Health,
@@ -629,15 +628,11 @@ async fn run_kopy<K: ConfigResource>(
                     .is_none_or(|ns| Some(ns) == m.namespace.as_ref());
             let keep = in_scope
                 && (kopy_annotation(m.annotations.as_ref())
-                    || source_ctx
-                        .kopy_owners
-                        .read()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .contains(&SourceRef::new(
-                            kind,
-                            m.namespace.clone().unwrap_or_default(),
-                            m.name.clone().unwrap_or_default(),
-                        )));
+                    || read(&source_ctx.kopy_owners).contains(&SourceRef::new(
+                        kind,
+                        m.namespace.clone().unwrap_or_default(),
+                        m.name.clone().unwrap_or_default(),
+                    )));
             async move { keep }
         });
     let owners_ctx = ctx.clone();
@@ -665,6 +660,7 @@ async fn run_kopy<K: ConfigResource>(
         });
     let _ = health;
     let orphan_ctx = ctx.clone();
+    let tasks = runtime.tasks().clone();
     controller
         .run(
             move |obj, ctx| reconcile_kopy(obj, ctx, kind),
@@ -672,7 +668,7 @@ async fn run_kopy<K: ConfigResource>(
             ctx,
         )
         .for_each(|result| {
-            let ctx = orphan_ctx.clone();
+            let (ctx, tasks) = (orphan_ctx.clone(), tasks.clone());
             async move {
                 match result {
                     // A kopy source (or the owner named by a copy) that no longer exists.
@@ -682,7 +678,7 @@ async fn run_kopy<K: ConfigResource>(
                             gone.namespace.clone().unwrap_or_default(),
                             gone.name.clone(),
                         );
-                        tokio::spawn(async move { orphan_kopy_copies(&ctx, source).await });
+                        tasks.spawn(async move { orphan_kopy_copies(&ctx, source).await });
                     }
                     Err(err) => debug!(error = %err, "sync: kopy controller event"),
                     Ok(_) => {}
@@ -772,10 +768,7 @@ fn kopy_owner_of<K: ConfigResource>(
     let value = meta.annotations.as_ref()?.get(SOURCE_ANNOTATION)?;
     let source = parse_source_annotation(value).filter(|s| s.kind == kind)?;
     let reference = KubeObjectRef::new(&source.name).within(&source.namespace);
-    ctx.kopy_owners
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .insert(source);
+    write(&ctx.kopy_owners).insert(source);
     Some(reference)
 }
 
@@ -820,10 +813,7 @@ async fn reconcile_kopy<K: ConfigResource>(
     };
     let outcome = fan_out_once(&ctx, &fan_out, &reference).await?;
     if outcome.failed == 0 && outcome.problem.is_none() {
-        ctx.kopy_owners
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(source_ref);
+        write(&ctx.kopy_owners).insert(source_ref);
     }
     finish(&ctx, &key, &reference, &outcome).await
 }
@@ -834,11 +824,7 @@ async fn release_kopy(
     source_ref: &SourceRef,
     reference: &ObjectReference,
 ) -> Result<Action, Error> {
-    let known = ctx
-        .kopy_owners
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(source_ref);
+    let known = read(&ctx.kopy_owners).contains(source_ref);
     if !known {
         return Ok(Action::await_change());
     }
@@ -854,10 +840,7 @@ async fn release_kopy(
             total,
         });
     }
-    ctx.kopy_owners
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .remove(source_ref);
+    write(&ctx.kopy_owners).remove(source_ref);
     info!(source = %source_ref, "sync: kopy annotation removed, copies released");
     Ok(Action::await_change())
 }

@@ -68,6 +68,7 @@ use crate::patch::{
     Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadPatch, WorkloadState, decide,
 };
 use crate::{Error, Result, Workload, WorkloadKind};
+use conflux_runtime::sync::lock;
 use scheduler::{Pending, Schedule, TokenBucket};
 
 /// Labels of a rollout written by the reload controller.
@@ -128,10 +129,6 @@ impl ReloadMetrics {
 
 /// Default of `--reload-debounce`.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
-/// First retry delay after a failed evaluation or patch; doubles up to [`MAX_BACKOFF`].
-const BASE_BACKOFF: Duration = Duration::from_millis(250);
-/// Longest retry delay.
-const MAX_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -347,7 +344,7 @@ impl Context {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     fn update_gauges(&self, state: &State) {
@@ -888,11 +885,7 @@ async fn decide_and_act(
             ctx.wake.notify_one();
         }
         Action::Rollout(patch) => {
-            let throttled = ctx
-                .bucket
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .try_take(Instant::now());
+            let throttled = lock(&ctx.bucket).try_take(Instant::now());
             if let Err(wait) = throttled {
                 ctx.count("throttled");
                 debug!(workload = %plan.object, ?wait, "reload: rollout throttled");
@@ -994,9 +987,7 @@ async fn fail(ctx: &Context, plan: &Plan, err: Error) {
         let mut state = ctx.state();
         let n = state.failures.entry(plan.object.clone()).or_insert(0);
         *n = n.saturating_add(1);
-        let delay = BASE_BACKOFF
-            .saturating_mul(1u32 << (*n - 1).min(16))
-            .min(MAX_BACKOFF);
+        let delay = Policy::ROLLOUT.delay(*n);
         state
             .pending
             .reschedule(plan.object.clone(), Instant::now() + delay, &plan.causes);
