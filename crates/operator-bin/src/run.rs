@@ -183,8 +183,9 @@ pub struct RunArgs {
     #[arg(long, default_value = ":9443")]
     pub webhook_addr: String,
 
-    /// URL the API server calls the webhook at; by default the Service conflux-webhook in
-    /// RUNTIME_NAMESPACE.
+    /// URL the API server calls the webhook at (`https://host:port`; the webhook's path,
+    /// /validate, is added when the URL has none, and no other path is accepted); by default the
+    /// Service conflux-webhook in RUNTIME_NAMESPACE.
     #[arg(long)]
     pub webhook_url: Option<String>,
 
@@ -319,10 +320,24 @@ impl RunArgs {
             true if self.webhook_url.is_none() && self.runtime_namespace.is_empty() => {
                 bail!("the protect controller needs --webhook-url, or RUNTIME_NAMESPACE")
             }
+            true if self.webhook_cert_dir.is_none() && self.runtime_namespace.is_empty() => {
+                bail!(
+                    "the protect controller keeps its generated certificate in the Secret {} in the runtime namespace: set RUNTIME_NAMESPACE (or --runtime-namespace), or give --webhook-cert-dir",
+                    protect::CERT_SECRET
+                )
+            }
             true => Some(ProtectConfig {
                 addr: metrics::parse_bind_addr("--webhook-addr", &self.webhook_addr)?
                     .context("--webhook-addr cannot be 0 when the protect controller runs")?,
-                url: self.webhook_url.clone(),
+                url: match &self.webhook_url {
+                    None => None,
+                    Some(url) => Some(protect::webhook_url(url).with_context(|| {
+                        format!(
+                            "invalid --webhook-url '{url}': conflux serves the webhook on {} (leave the path out, or give exactly that one)",
+                            protect::PATH
+                        )
+                    })?),
+                },
                 cert_dir: self.webhook_cert_dir.clone(),
                 namespace: self.runtime_namespace.clone(),
                 policy: Policy {
@@ -405,7 +420,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             keep_alive: false,
             ..Limits::default()
         });
-        info!(addr = %server.local_addr(), endpoints = ?endpoints, "serving admin endpoints");
+        info!(addr = %server.local_addr(), endpoints = endpoints.paths(), "serving admin endpoints");
         let admin = Admin::new(endpoints, registry.clone(), health.clone());
         runtime.spawn(server.serve(admin, runtime.tasks().token().clone().cancelled_owned()));
     }
@@ -523,4 +538,67 @@ async fn supervise(tasks: &mut tokio::task::JoinSet<()>) -> anyhow::Error {
     };
     error!(error = %format!("{err:#}"), "controller failed");
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// The plan of `conflux run` with `args`, without RUNTIME_NAMESPACE unless given.
+    fn plan(args: &[&str]) -> anyhow::Result<RunPlan> {
+        let mut argv = vec!["conflux"];
+        if !args.iter().any(|a| a.starts_with("--runtime-namespace")) {
+            argv.push("--runtime-namespace=");
+        }
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv)?.run.plan()
+    }
+
+    #[test]
+    fn a_webhook_url_without_a_path_is_served_and_another_path_is_refused_at_start() {
+        let with = |url: &str| {
+            plan(&[
+                "--controllers=sync,protect",
+                "--webhook-url",
+                url,
+                "--runtime-namespace=conflux-system",
+            ])
+        };
+        let planned = with("https://127.0.0.1:9443").expect("valid");
+        let url = planned.protect.and_then(|p| p.url);
+        assert_eq!(url.as_deref(), Some("https://127.0.0.1:9443/validate"));
+        let err = with("https://127.0.0.1:9443/hook").expect_err("refused");
+        assert!(format!("{err:#}").contains("/validate"), "{err:#}");
+    }
+
+    #[test]
+    fn protect_without_a_runtime_namespace_says_what_is_missing_at_start() {
+        let err = plan(&[
+            "--controllers=sync,protect",
+            "--webhook-url=https://127.0.0.1:9443",
+        ])
+        .expect_err("refused");
+        let message = format!("{err:#}");
+        assert!(message.contains("RUNTIME_NAMESPACE"), "{message}");
+        assert!(message.contains("--webhook-cert-dir"), "{message}");
+        // A certificate directory needs no Secret, so no namespace.
+        let planned = plan(&[
+            "--controllers=sync,protect",
+            "--webhook-url=https://127.0.0.1:9443",
+            "--webhook-cert-dir=/certs",
+        ]);
+        assert!(
+            planned.is_ok(),
+            "{:#}",
+            planned.err().map(|e| e.to_string()).unwrap_or_default()
+        );
+    }
 }

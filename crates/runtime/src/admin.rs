@@ -32,6 +32,16 @@ pub struct Admin {
     health: Arc<Health>,
 }
 
+impl Endpoints {
+    /// The paths served, for logs (`/metrics`, `/healthz /readyz`).
+    pub fn paths(self) -> &'static str {
+        match self {
+            Endpoints::Metrics => "/metrics",
+            Endpoints::Health => "/healthz /readyz",
+        }
+    }
+}
+
 impl Admin {
     /// Serves `endpoints` from `registry` and `health`.
     pub fn new(endpoints: Endpoints, registry: Arc<Registry>, health: Arc<Health>) -> Self {

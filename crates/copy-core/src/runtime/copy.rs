@@ -235,11 +235,11 @@ fn error_policy<K: ConfigResource>(
     if err.is_input_problem() {
         // Retrying cannot help: the target's own annotation is wrong. Its next change is
         // seen by the watch; the resync only guards against a missed event.
-        debug!(target = %key, reason = err.reason(), "copy: waiting for the target to change");
+        debug!(object = %key, reason = err.reason(), "copy: waiting for the target to change");
         return Action::requeue(RESYNC_INTERVAL);
     }
     let delay = ctx.backoff.next(key.clone());
-    debug!(target = %key, reason = err.reason(), retry_in = ?delay, "copy: retrying with backoff");
+    debug!(object = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "copy: retrying with backoff");
     Action::requeue(delay)
 }
 
@@ -274,10 +274,10 @@ async fn reconcile<K: ConfigResource>(
         Ok(written) => {
             ctx.backoff.reset(&key);
             if ctx.problems.resolve(&key) {
-                info!(target = %key, "copy: problem resolved");
+                info!(object = %key, "copy: problem resolved");
             }
             if let Some(mode) = written {
-                info!(target = %key, mode, "copy: copy written");
+                info!(object = %key, mode, "copy: copy written");
             }
             Ok(Action::requeue(RESYNC_INTERVAL))
         }

@@ -78,6 +78,22 @@ const CERT_POLL: Duration = Duration::from_secs(60);
 /// The largest AdmissionReview accepted (objects are at most 1.5 MiB, old and new).
 const MAX_BODY: usize = 4 << 20;
 
+/// `--webhook-url` as the API server must call it: with [`PATH`] added when the URL has no path
+/// (`https://127.0.0.1:9443` is what a user writes, and conflux answers only on [`PATH`]);
+/// `None` when it names another path, which conflux would answer with 404.
+pub fn webhook_url(url: &str) -> Option<String> {
+    let url = url.trim();
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    match after_scheme.find('/') {
+        None => Some(format!("{url}{PATH}")),
+        Some(at) => match &after_scheme[at..] {
+            "/" => Some(format!("{}{PATH}", url.trim_end_matches('/'))),
+            path if path == PATH => Some(url.to_owned()),
+            _ => None,
+        },
+    }
+}
+
 /// Settings of the webhook (from `conflux run` flags).
 #[derive(Debug, Clone)]
 pub struct ProtectConfig {
@@ -928,6 +944,28 @@ mod tests {
             }
         };
         assert_eq!(cert_names(&url), ["127.0.0.1"]);
+    }
+
+    #[test]
+    fn a_webhook_url_without_a_path_gets_the_one_conflux_serves() {
+        for (given, wanted) in [
+            (
+                "https://127.0.0.1:9443",
+                Some("https://127.0.0.1:9443/validate"),
+            ),
+            (
+                "https://127.0.0.1:9443/",
+                Some("https://127.0.0.1:9443/validate"),
+            ),
+            (
+                "https://hooks.example.com/validate",
+                Some("https://hooks.example.com/validate"),
+            ),
+            ("https://hooks.example.com/other", None),
+            ("https://hooks.example.com/validate/x", None),
+        ] {
+            assert_eq!(webhook_url(given).as_deref(), wanted, "{given}");
+        }
     }
 
     /// One AdmissionReview as the API server sends it, for a ConfigMap labelled protected.

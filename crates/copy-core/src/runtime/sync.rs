@@ -257,7 +257,7 @@ fn sync_error_policy(cs: Arc<ConfigSync>, err: &Error, ctx: Arc<Context>) -> Act
         return Action::requeue(RESYNC_INTERVAL);
     }
     let delay = ctx.backoff.next(key.clone());
-    debug!(config_sync = %key, reason = err.reason(), retry_in = ?delay, "sync: retrying with backoff");
+    debug!(config_sync = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "sync: retrying with backoff");
     Action::requeue(delay)
 }
 
@@ -411,7 +411,7 @@ async fn cleanup_sync(cs: &ConfigSync, ctx: &Context) -> Result<Action, Error> {
             total: count,
         });
     }
-    info!(config_sync = %name, copies = count, policy = ?fan_out.deletion_policy, "sync: ConfigSync deleted, deletion policy applied");
+    info!(config_sync = %name, copies = count, policy = fan_out.deletion_policy.as_str(), "sync: ConfigSync deleted, deletion policy applied");
     Ok(Action::await_change())
 }
 
@@ -533,7 +533,7 @@ async fn execute(
             .map(|(what, n)| format!("{what} {n}"))
             .collect();
         let summary = summary.join(", ");
-        info!(object = ?reference.name, writes = %summary, "sync: copies written");
+        info!(object = %problem_key(reference), writes = %summary, "sync: copies written");
         publish(
             &ctx.recorder,
             reference,
@@ -788,7 +788,7 @@ fn kopy_error_policy<K: ConfigResource>(
         return Action::requeue(RESYNC_INTERVAL);
     }
     let delay = ctx.backoff.next(key.clone());
-    debug!(source = %key, reason = err.reason(), retry_in = ?delay, "sync: retrying with backoff");
+    debug!(source = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "sync: retrying with backoff");
     Action::requeue(delay)
 }
 

@@ -888,7 +888,7 @@ async fn decide_and_act(
             let throttled = lock(&ctx.bucket).try_take(Instant::now());
             if let Err(wait) = throttled {
                 ctx.count("throttled");
-                debug!(workload = %plan.object, ?wait, "reload: rollout throttled");
+                debug!(workload = %plan.object, wait_seconds = wait.as_secs_f64(), "reload: rollout throttled");
                 let mut state = ctx.state();
                 state
                     .pending
@@ -995,7 +995,7 @@ async fn fail(ctx: &Context, plan: &Plan, err: Error) {
         delay
     };
     ctx.wake.notify_one();
-    debug!(workload = %plan.object, reason = err.reason(), retry_in = ?delay, "reload: retrying with backoff");
+    debug!(workload = %plan.object, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "reload: retrying with backoff");
     let reference = reference(ctx, &plan.object, &plan.workload);
     ctx.problems
         .report(
