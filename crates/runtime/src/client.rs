@@ -105,6 +105,39 @@ impl tower_service::Service<Request<Body>> for Timeouts {
     }
 }
 
+/// A client answered by `answer` instead of an API server: for tests and fakes that run a
+/// controller without a cluster. `answer` gets every request (method, path and query, body).
+pub fn from_fn<F, Fut>(answer: F) -> Client
+where
+    F: FnMut(Request<Body>) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    Client::new(FnService(answer), "default")
+}
+
+/// The service of [`from_fn`].
+#[derive(Clone)]
+struct FnService<F>(F);
+
+impl<F, Fut> tower_service::Service<Request<Body>> for FnService<F>
+where
+    F: FnMut(Request<Body>) -> Fut,
+    Fut: Future<Output = Response<Body>> + Send + 'static,
+{
+    type Response = Response<Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let answer = (self.0)(request);
+        Box::pin(async move { Ok(answer.await) })
+    }
+}
+
 /// Waits until the API server says it is ready (`/readyz`, readable by every user), retrying
 /// with backoff. Discovery right after an API server (re)start can miss groups and CRDs that it
 /// serves a moment later; asking only once it is ready avoids taking that for the truth.

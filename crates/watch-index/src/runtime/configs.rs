@@ -67,6 +67,20 @@ impl ConfigWatches {
         }
     }
 
+    /// The shared watches made of two informers started elsewhere (on a runtime, or fed by
+    /// streams in tests), watching `namespace` or all namespaces.
+    pub fn from_informers(
+        config_maps: Informer<PartialObjectMeta<ConfigMap>>,
+        secrets: Informer<PartialObjectMeta<Secret>>,
+        namespace: Option<&str>,
+    ) -> Self {
+        ConfigWatches {
+            config_maps,
+            secrets,
+            namespace: namespace.map(str::to_owned),
+        }
+    }
+
     /// The informer of kind `K`.
     pub fn informer<K: ConfigResource>(&self) -> &Informer<PartialObjectMeta<K>> {
         K::informer(self)

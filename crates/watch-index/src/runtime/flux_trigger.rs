@@ -647,3 +647,6 @@ impl Executor {
 fn rfc3339_nano_now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
+
+#[cfg(test)]
+mod tests;

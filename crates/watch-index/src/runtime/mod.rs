@@ -10,6 +10,8 @@
 
 pub mod configs;
 pub mod flux_trigger;
+#[cfg(test)]
+mod test_support;
 pub mod trigger;
 
 use kube::runtime::watcher;

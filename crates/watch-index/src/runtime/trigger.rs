@@ -711,3 +711,6 @@ pub(crate) async fn fetch_data_hash(
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
