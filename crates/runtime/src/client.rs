@@ -51,15 +51,49 @@ pub fn timed_out(err: &kube::Error) -> Option<u64> {
 /// `client` with every request but watches bounded by `timeout`, answer body included. The
 /// returned client shares `client`'s connection pool.
 pub fn with_timeouts(client: Client, timeout: Duration) -> Client {
-    let namespace = client.default_namespace().to_owned();
-    Client::new(Timeouts { client, timeout }, namespace)
+    layered(client, move |client, request| {
+        Box::pin(bounded_send(client, request, timeout))
+    })
 }
 
-/// The timeout layer of [`with_timeouts`], as a `tower` service over a client.
-#[derive(Clone)]
-struct Timeouts {
+/// What a layer returns for one request.
+pub type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
+
+/// `client` with `layer` in front of it: the layer gets every request and `client` to send it
+/// with (or not). The returned client shares `client`'s connection pool and default namespace.
+pub fn layered<F>(client: Client, layer: F) -> Client
+where
+    F: Fn(Client, Request<Body>) -> Answer + Clone + Send + Sync + 'static,
+{
+    let namespace = client.default_namespace().to_owned();
+    Client::new(
+        FnService(move |request| layer(client.clone(), request)),
+        namespace,
+    )
+}
+
+/// Sends `request` with `client`, bounded by `timeout` unless it is a watch (see the module).
+async fn bounded_send(
     client: Client,
+    request: Request<Body>,
     timeout: Duration,
+) -> Result<Response<Body>, kube::Error> {
+    if is_watch(&request) {
+        return client.send(request).await;
+    }
+    let answer = async {
+        let response = client.send(request).await?;
+        let (parts, body) = response.into_parts();
+        // Non-watch answers are read whole by every caller: read them here, in time.
+        let bytes = body.collect().await?.to_bytes();
+        Ok(Response::from_parts(parts, Body::from(bytes)))
+    };
+    match tokio::time::timeout(timeout, answer).await {
+        Ok(result) => result,
+        Err(_) => Err(kube::Error::Service(Box::new(TimedOut {
+            seconds: timeout.as_secs(),
+        }))),
+    }
 }
 
 /// Whether a request is a watch, which streams for as long as it lasts.
@@ -71,70 +105,41 @@ fn is_watch<B>(request: &Request<B>) -> bool {
     })
 }
 
-impl tower_service::Service<Request<Body>> for Timeouts {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The inner client queues and drives its own connections.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let client = self.client.clone();
-        if is_watch(&request) {
-            return Box::pin(async move { client.send(request).await });
-        }
-        let timeout = self.timeout;
-        Box::pin(async move {
-            let answer = async {
-                let response = client.send(request).await?;
-                let (parts, body) = response.into_parts();
-                // Non-watch answers are read whole by every caller: read them here, in time.
-                let bytes = body.collect().await?.to_bytes();
-                Ok(Response::from_parts(parts, Body::from(bytes)))
-            };
-            match tokio::time::timeout(timeout, answer).await {
-                Ok(result) => result,
-                Err(_) => Err(kube::Error::Service(Box::new(TimedOut {
-                    seconds: timeout.as_secs(),
-                }))),
-            }
-        })
-    }
-}
-
 /// A client answered by `answer` instead of an API server: for tests and fakes that run a
 /// controller without a cluster. `answer` gets every request (method, path and query, body).
 pub fn from_fn<F, Fut>(answer: F) -> Client
 where
-    F: FnMut(Request<Body>) -> Fut + Clone + Send + 'static,
+    F: Fn(Request<Body>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<Body>> + Send + 'static,
 {
-    Client::new(FnService(answer), "default")
+    Client::new(
+        FnService(move |request| -> Answer {
+            let answer = answer(request);
+            Box::pin(async move { Ok(answer.await) })
+        }),
+        "default",
+    )
 }
 
-/// The service of [`from_fn`].
+/// The one `tower` service under conflux's clients: a closure from request to answer.
 #[derive(Clone)]
 struct FnService<F>(F);
 
-impl<F, Fut> tower_service::Service<Request<Body>> for FnService<F>
+impl<F> tower_service::Service<Request<Body>> for FnService<F>
 where
-    F: FnMut(Request<Body>) -> Fut,
-    Fut: Future<Output = Response<Body>> + Send + 'static,
+    F: Fn(Request<Body>) -> Answer,
 {
     type Response = Response<Body>;
-    type Error = std::convert::Infallible;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, Self::Error>> + Send>>;
+    type Error = kube::Error;
+    type Future = Answer;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // The client underneath queues and drives its own connections.
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let answer = (self.0)(request);
-        Box::pin(async move { Ok(answer.await) })
+    fn call(&mut self, request: Request<Body>) -> Answer {
+        (self.0)(request)
     }
 }
 
@@ -195,16 +200,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_that_never_answers_is_a_timeout_naming_its_action() {
-        let mut layer = Timeouts {
-            client: crate::testing::never_answering_client(),
-            timeout: REQUEST_TIMEOUT,
-        };
+        let client = with_timeouts(crate::testing::never_answering_client(), REQUEST_TIMEOUT);
         let get = Request::get("/api/v1/namespaces/a/secrets/b")
-            .body(Body::empty())
+            .body(Vec::new())
             .expect("request");
-        let err = tower_service::Service::call(&mut layer, get)
-            .await
-            .expect_err("timed out");
+        let err = client.request_text(get).await.expect_err("timed out");
         assert_eq!(timed_out(&err), Some(30));
         let named = crate::Error::api("reading Secret a/b")(err);
         assert_eq!(named.reason(), "Timeout");

@@ -20,17 +20,14 @@
 //! started outside the term) and stay ready.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request, Response};
+use http::Method;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
-use kube::client::Body;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -181,14 +178,7 @@ pub async fn run_elected<F, Fut>(
         info!(lease = %config.name, identity = %config.identity, "leader election: acquired the lease; starting the controllers");
         metrics.master_status.set(1);
         let open = Arc::new(AtomicBool::new(true));
-        let term_client = Client::new(
-            TermGate {
-                client: base.clone(),
-                open: open.clone(),
-            },
-            base.default_namespace().to_owned(),
-        );
-        let term = runtime.term(term_client);
+        let term = runtime.term(term_client(base.clone(), open.clone()));
         let work = lead(term.clone());
         let (why, stopping) = tokio::select! {
             () = work => ("the controllers stopped", false),
@@ -292,38 +282,22 @@ async fn lost(
     }
 }
 
-/// The API calls of one leadership term: every request goes to the process's client, writes only
-/// while the term lasts.
-#[derive(Clone)]
-struct TermGate {
-    client: Client,
-    open: Arc<AtomicBool>,
+/// The client of one leadership term: every request goes to the process's client, writes only
+/// while the term lasts (`open`).
+fn term_client(client: Client, open: Arc<AtomicBool>) -> Client {
+    crate::client::layered(client, move |client, request| {
+        // Watches and reads go on after the term (they are GETs); anything else is a write.
+        if request.method() != Method::GET && !open.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(kube::Error::Service(Box::new(NotLeader))) });
+        }
+        Box::pin(async move { client.send(request).await })
+    })
 }
 
 /// A write refused because this replica no longer leads.
 #[derive(Debug, thiserror::Error)]
 #[error("not the leader any more: write refused")]
 struct NotLeader;
-
-impl tower_service::Service<Request<Body>> for TermGate {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The process's client queues and drives its own connections.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        // Watches and reads go on after the term (they are GETs); anything else is a write.
-        if request.method() != Method::GET && !self.open.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(kube::Error::Service(Box::new(NotLeader))) });
-        }
-        let client = self.client.clone();
-        Box::pin(async move { client.send(request).await })
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -69,14 +69,40 @@ struct Inner {
     stall_after: Duration,
     /// The watches and tasks started through this runtime; cancelled when it ends or the last
     /// handle goes.
-    tasks: Tasks,
+    tasks: Owner,
     /// For a leadership term: the health tree its own node hangs in.
     parent_health: Option<Arc<Health>>,
 }
 
-impl Drop for Inner {
+impl Inner {
+    /// A runtime that shares this one's client, metrics, health node and stall bound, with
+    /// `tasks` of its own and no parent.
+    fn derived(&self, tasks: Tasks) -> Inner {
+        Inner {
+            client: self.client.clone(),
+            metrics: self.metrics.clone(),
+            health: self.health.clone(),
+            stall_after: self.stall_after,
+            tasks: Owner(tasks),
+            parent_health: None,
+        }
+    }
+}
+
+impl From<Inner> for Runtime {
+    fn from(inner: Inner) -> Self {
+        Runtime {
+            inner: Arc::new(inner),
+        }
+    }
+}
+
+/// The runtime's tasks stop when its last handle goes.
+struct Owner(Tasks);
+
+impl Drop for Owner {
     fn drop(&mut self) {
-        self.tasks.cancel();
+        self.0.cancel();
     }
 }
 
@@ -92,14 +118,14 @@ impl Runtime {
     /// A runtime over `client`, whose requests (but watches) it bounds with
     /// [`client::REQUEST_TIMEOUT`]. Register [`Runtime::metrics`] in the process's registry.
     pub fn new(client: Client) -> Self {
-        Runtime::with_parts(
-            client::with_timeouts(client, client::REQUEST_TIMEOUT),
-            Arc::new(WatchMetrics::default()),
-            Arc::new(Health::new("conflux")),
-            DEFAULT_STALL_AFTER,
-            Tasks::new(),
-            None,
-        )
+        Runtime::from(Inner {
+            client: client::with_timeouts(client, client::REQUEST_TIMEOUT),
+            metrics: Arc::default(),
+            health: Arc::new(Health::new("conflux")),
+            stall_after: DEFAULT_STALL_AFTER,
+            tasks: Owner(Tasks::new()),
+            parent_health: None,
+        })
     }
 
     /// The same runtime with another stall bound (liveness fails after a subscriber left events
@@ -107,15 +133,10 @@ impl Runtime {
     ///
     /// Call it before starting watches: watches started through the old handle stop with it.
     pub fn with_stall_after(self, stall_after: Duration) -> Self {
-        let inner = &self.inner;
-        Runtime::with_parts(
-            inner.client.clone(),
-            inner.metrics.clone(),
-            inner.health.clone(),
+        Runtime::from(Inner {
             stall_after,
-            Tasks::new(),
-            None,
-        )
+            ..self.inner.derived(Tasks::new())
+        })
     }
 
     /// A runtime for one leadership term ([`lease::run_elected`]): `client` (the term's, which
@@ -125,45 +146,23 @@ impl Runtime {
     pub fn term(&self, client: Client) -> Runtime {
         let health = Arc::new(Health::new("leader"));
         self.inner.health.attach(health.clone());
-        Runtime::with_parts(
+        Runtime::from(Inner {
             client,
-            self.inner.metrics.clone(),
             health,
-            self.inner.stall_after,
-            self.inner.tasks.child(),
-            Some(self.inner.health.clone()),
-        )
+            parent_health: Some(self.inner.health.clone()),
+            ..self.inner.derived(self.inner.tasks.0.child())
+        })
     }
 
     /// Cancels the tasks started through this runtime and waits for them, at most `bound`
     /// (`true` when they all stopped); for a term, removes its health node. Handles that
     /// outlive it keep a runtime whose tasks are gone.
     pub async fn end(&self, bound: Duration) -> bool {
-        let stopped = self.inner.tasks.shutdown(bound).await;
+        let stopped = self.inner.tasks.0.shutdown(bound).await;
         if let Some(parent) = &self.inner.parent_health {
             parent.detach(&self.inner.health);
         }
         stopped
-    }
-
-    fn with_parts(
-        client: Client,
-        metrics: Arc<WatchMetrics>,
-        health: Arc<Health>,
-        stall_after: Duration,
-        tasks: Tasks,
-        parent_health: Option<Arc<Health>>,
-    ) -> Runtime {
-        Runtime {
-            inner: Arc::new(Inner {
-                client,
-                metrics,
-                health,
-                stall_after,
-                tasks,
-                parent_health,
-            }),
-        }
     }
 
     /// The one client of the process (or of the term).
@@ -188,7 +187,7 @@ impl Runtime {
 
     /// The tasks this runtime owns.
     pub fn tasks(&self) -> &Tasks {
-        &self.inner.tasks
+        &self.inner.tasks.0
     }
 
     /// Runs `future` as a task of this runtime: cancelled when the runtime ends.
@@ -197,7 +196,7 @@ impl Runtime {
         F: std::future::Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.inner.tasks.spawn(future)
+        self.inner.tasks.0.spawn(future)
     }
 
     /// Starts a shared watch of a kind with a static type; its checks go under `health`.
