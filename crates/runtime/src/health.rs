@@ -1,5 +1,5 @@
-//! Readiness and liveness as a tree of named parts, served by the binary's `/readyz` and
-//! `/healthz`.
+//! Readiness and liveness as a tree of named parts, served on `/readyz` and `/healthz` by
+//! [`crate::admin`].
 //!
 //! A part is ready when its flag is set (a leaf) or when every child and check below it is ready
 //! (an inner node), so readiness waits for the slowest initial list. Checks are evaluated when

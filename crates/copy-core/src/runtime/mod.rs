@@ -1,5 +1,5 @@
 //! The copy and fan-out controllers, to embed (feature `runtime`): the async kube glue around the
-//! pure modules, on watch-index's shared watches (docs/design.md section 4).
+//! pure modules, on conflux-runtime's shared watches (docs/design.md section 4).
 //!
 //! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`).
 //! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).

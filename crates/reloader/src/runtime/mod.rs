@@ -5,7 +5,7 @@
 //!
 //! Observe → decide → act:
 //! - Workloads are watched as full objects (the pod template says what they read) through
-//!   watch-index's shared informers and kept, when they opt in, in a [`ConsumerIndex`] and a
+//!   conflux-runtime's shared informers and kept, when they opt in, in a [`ConsumerIndex`] and a
 //!   cache of the objects themselves.
 //! - ConfigMaps and Secrets come from the process's shared metadata-only watches
 //!   ([`ConfigWatches`]): their annotations (`ignore`, `match`) and names are all the index needs.
