@@ -232,15 +232,8 @@ fn error_policy<K: ConfigResource>(
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
-    if err.is_input_problem() {
-        // Retrying cannot help: the target's own annotation is wrong. Its next change is
-        // seen by the watch; the resync only guards against a missed event.
-        debug!(object = %key, reason = err.reason(), "copy: waiting for the target to change");
-        return Action::requeue(RESYNC_INTERVAL);
-    }
-    let delay = ctx.backoff.next(key.clone());
-    debug!(object = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "copy: retrying with backoff");
-    Action::requeue(delay)
+    // An input problem: the target's own annotation is wrong, retrying cannot help.
+    super::requeue_after_error(&ctx.backoff, key, err, err.is_input_problem(), "copy")
 }
 
 async fn reconcile<K: ConfigResource>(

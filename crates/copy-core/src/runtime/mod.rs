@@ -51,3 +51,23 @@ impl CopyMetrics {
 fn concurrency(concurrent: usize) -> u16 {
     u16::try_from(concurrent.max(1)).unwrap_or(u16::MAX)
 }
+
+/// The requeue of an object whose reconcile failed: the resync interval when retrying cannot
+/// help (`wait`: its next change is seen by the watch; the resync only guards against a missed
+/// event), else the object's next backoff delay. Logged at debug, `controller` first.
+fn requeue_after_error(
+    backoff: &conflux_runtime::backoff::KeyedBackoff<String>,
+    key: String,
+    err: &crate::Error,
+    wait: bool,
+    controller: &str,
+) -> kube::runtime::controller::Action {
+    use kube::runtime::controller::Action;
+    if wait {
+        tracing::debug!(object = %key, reason = err.reason(), "{controller}: waiting for a change");
+        return Action::requeue(copy::RESYNC_INTERVAL);
+    }
+    let delay = backoff.next(key.clone());
+    tracing::debug!(object = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "{controller}: retrying with backoff");
+    Action::requeue(delay)
+}

@@ -99,15 +99,10 @@ pub(super) fn syncs_concerned(
 
 pub(super) fn sync_error_policy(cs: Arc<ConfigSync>, err: &Error, ctx: Arc<Context>) -> Action {
     let key = format!("ConfigSync/{}", cs.name_any());
-    if err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. }) {
-        // Retrying cannot help until the ConfigSync or its source changes, which the watches
-        // see; the resync only guards against a missed event. (Reported once, by the reconcile.)
-        debug!(config_sync = %key, reason = err.reason(), "sync: waiting for a change");
-        return Action::requeue(RESYNC_INTERVAL);
-    }
-    let delay = ctx.backoff.next(key.clone());
-    debug!(config_sync = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "sync: retrying with backoff");
-    Action::requeue(delay)
+    // Retrying cannot help until the ConfigSync or its source changes, which the watches see.
+    // (Reported once, by the reconcile.)
+    let wait = err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. });
+    requeue_after_error(&ctx.backoff, key, err, wait, "sync")
 }
 
 /// The key under which an object's problems are remembered (and logged).

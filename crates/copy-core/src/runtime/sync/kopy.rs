@@ -186,13 +186,8 @@ pub(super) fn kopy_error_policy<K: ConfigResource>(
         obj.namespace().unwrap_or_default(),
         obj.name_any()
     );
-    if err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. }) {
-        debug!(source = %key, reason = err.reason(), "sync: waiting for a change");
-        return Action::requeue(RESYNC_INTERVAL);
-    }
-    let delay = ctx.backoff.next(key.clone());
-    debug!(source = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "sync: retrying with backoff");
-    Action::requeue(delay)
+    let wait = err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. });
+    requeue_after_error(&ctx.backoff, key, err, wait, "sync")
 }
 
 pub(super) async fn reconcile_kopy<K: ConfigResource>(
