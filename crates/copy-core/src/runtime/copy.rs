@@ -173,7 +173,17 @@ async fn run_kind<K: ConfigResource>(
     let controller = controller
         .run(
             move |obj, ctx| reconcile(obj, ctx, kind),
-            move |obj, err, ctx| error_policy(obj, err, ctx, kind),
+            // An input problem: the target's own annotation is wrong, retrying cannot help.
+            move |obj, err, ctx| {
+                super::requeue_object(
+                    &ctx.backoff,
+                    kind,
+                    &*obj,
+                    err,
+                    err.is_input_problem(),
+                    "copy",
+                )
+            },
             ctx,
         )
         .for_each(|result| async move {
@@ -219,21 +229,6 @@ fn copies_of<K: ConfigResource>(
         .referrers_of(kind, &namespace, &name)
         .map(|r| KubeObjectRef::new(&r.name).within(&r.namespace))
         .collect()
-}
-
-fn error_policy<K: ConfigResource>(
-    obj: Arc<PartialObjectMeta<K>>,
-    err: &Error,
-    ctx: Arc<Context>,
-    kind: SourceKind,
-) -> Action {
-    let key = format!(
-        "{kind}/{}/{}",
-        obj.namespace().unwrap_or_default(),
-        obj.name_any()
-    );
-    // An input problem: the target's own annotation is wrong, retrying cannot help.
-    super::requeue_after_error(&ctx.backoff, key, err, err.is_input_problem(), "copy")
 }
 
 async fn reconcile<K: ConfigResource>(

@@ -71,3 +71,17 @@ fn requeue_after_error(
     tracing::debug!(object = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "{controller}: retrying with backoff");
     Action::requeue(delay)
 }
+
+/// [`requeue_after_error`] for a ConfigMap or Secret of `kind` (keyed `Kind/namespace/name`).
+fn requeue_object<K: kube::ResourceExt>(
+    backoff: &conflux_runtime::backoff::KeyedBackoff<String>,
+    kind: crate::SourceKind,
+    obj: &K,
+    err: &crate::Error,
+    wait: bool,
+    controller: &str,
+) -> kube::runtime::controller::Action {
+    let namespace = obj.namespace().unwrap_or_default();
+    let key = format!("{kind}/{namespace}/{}", obj.name_any());
+    requeue_after_error(backoff, key, err, wait, controller)
+}

@@ -67,7 +67,10 @@ pub(super) async fn run_kopy<K: ConfigResource>(
     controller
         .run(
             move |obj, ctx| reconcile_kopy(obj, ctx, kind),
-            move |obj, err, ctx| kopy_error_policy(obj, err, ctx, kind),
+            move |obj, err, ctx| {
+                let wait = err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. });
+                requeue_object(&ctx.backoff, kind, &*obj, err, wait, "sync")
+            },
             ctx,
         )
         .for_each(|result| {
@@ -173,21 +176,6 @@ pub(super) fn kopy_owner_of<K: ConfigResource>(
     let reference = KubeObjectRef::new(&source.name).within(&source.namespace);
     write(&ctx.kopy_owners).insert(source);
     Some(reference)
-}
-
-pub(super) fn kopy_error_policy<K: ConfigResource>(
-    obj: Arc<PartialObjectMeta<K>>,
-    err: &Error,
-    ctx: Arc<Context>,
-    kind: SourceKind,
-) -> Action {
-    let key = format!(
-        "{kind}/{}/{}",
-        obj.namespace().unwrap_or_default(),
-        obj.name_any()
-    );
-    let wait = err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. });
-    requeue_after_error(&ctx.backoff, key, err, wait, "sync")
 }
 
 pub(super) async fn reconcile_kopy<K: ConfigResource>(

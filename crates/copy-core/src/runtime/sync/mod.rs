@@ -52,7 +52,7 @@ use super::copy::RESYNC_INTERVAL;
 use super::executor::{
     apply, delete, get_object, list_objects, merge_patch, object_reference, recreate,
 };
-use super::{ApplyLabels, CopyMetrics, concurrency, requeue_after_error};
+use super::{ApplyLabels, CopyMetrics, concurrency, requeue_after_error, requeue_object};
 use crate::config_sync::FINALIZER;
 use crate::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
 use crate::ownership::{
