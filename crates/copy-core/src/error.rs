@@ -95,7 +95,7 @@ pub enum Error {
     /// action.
     #[cfg(feature = "runtime")]
     #[error(transparent)]
-    Kube(#[from] watch_index::Error),
+    Kube(#[from] conflux_runtime::Error),
 
     /// Some copies of a fan-out failed (runtime feature); each failure was reported on its own.
     #[cfg(feature = "runtime")]

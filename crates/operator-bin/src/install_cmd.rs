@@ -143,7 +143,7 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
     );
     docs.push(to_doc(&Role {
         metadata: meta(Some(ns), &election),
-        // kube-lease-manager reads, creates and patches the Lease (watch-index runtime::leader).
+        // kube-lease-manager reads, creates and patches the Lease (conflux-runtime's lease).
         // The protect webhook keeps its generated certificate in a Secret here.
         rules: Some(if controllers.contains(&ControllerName::Protect) {
             vec![leases, rule("", &["secrets"], &["create", "update"])]
