@@ -11,6 +11,7 @@ pub mod glob;
 pub mod ownership;
 pub mod plan;
 pub mod protect;
+pub mod protect_policy;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod source;
