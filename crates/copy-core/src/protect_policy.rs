@@ -22,9 +22,12 @@
 //!   `immutable` (absent read as `false`), sets `stringData`, or removes or changes
 //!   [`PROTECTED_LABEL`], [`ENABLED_LABEL`] or [`DEPENDENTS_ANNOTATION`]. Its `messageExpression`
 //!   builds the decision's message from the same parts: the object, who depends on it (read from
-//!   [`DEPENDENTS_ANNOTATION`]), what was refused and how to unprotect it. The one difference: a
-//!   dependents annotation longer than 2048 characters is cut at 2048 characters, where the
-//!   webhook cuts at 2048 bytes.
+//!   [`DEPENDENTS_ANNOTATION`]), what was refused and how to unprotect it. The differences, in
+//!   the message only (the verdict is the same): a dependents annotation longer than 2048
+//!   characters is cut at 2048 characters, where the webhook cuts at 2048 bytes; and the API
+//!   server replaces a message over 5 KiB or with a line break (possible only with a dependents
+//!   annotation not written by conflux) by the validation's fixed `message`, which names the
+//!   labels and the annotation to look at.
 //!
 //! ```
 //! use copy_core::protect::Policy;
@@ -229,7 +232,7 @@ pub fn admission_policy(policy: &Policy) -> Value {
             "validations": [{
                 "expression": "size(variables.refused) == 0",
                 "messageExpression": message,
-                "message": "the object is protected by conflux (protect.conflux.dev)",
+                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; what depends on it is in its annotation {DEPENDENTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
                 "reason": "Forbidden",
             }],
         },

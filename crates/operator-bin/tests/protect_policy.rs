@@ -655,6 +655,22 @@ async fn kube_system_is_never_protected_and_modes_replace_each_other() {
             assert!(deleted.contains("is protected"), "{deleted}");
         }
     }
+    // A message the API server would not show (a line break from the annotation): the fixed
+    // message instead, still a denial.
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "odd", "namespace": other, "labels": {PROTECTED: "true"},
+                            "annotations": {DEPENDENTS: "first\nsecond"}}}),
+    )
+    .await;
+    let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), &other);
+    wait_enforced(&cms, "odd").await;
+    let message = refusal(cms.delete("odd", &dp).await);
+    assert!(
+        message.contains("this object is protected by conflux (label"),
+        "{message}"
+    );
     Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), "kube-system")
         .delete(&format!("alice-edit-{suffix}"), &dp)
         .await
