@@ -10,6 +10,7 @@ pub mod fan_out;
 pub mod glob;
 pub mod ownership;
 pub mod protect;
+pub mod protect_policy;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod source;

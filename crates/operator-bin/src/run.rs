@@ -14,6 +14,7 @@ use conflux_runtime::{Runtime, shutdown};
 use copy_core::protect::Policy;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::protect::{self, ProtectConfig};
+use copy_core::runtime::protect_policy;
 use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
@@ -37,7 +38,8 @@ pub enum ControllerName {
     Reload,
     /// `reconcile.fluxcd.io/requestedAt` on Flux objects whose referenced config changed.
     FluxTrigger,
-    /// The admission webhook that protects copied-from sources (off by default).
+    /// Protects copied-from sources: a ValidatingAdmissionPolicy or an admission webhook
+    /// (`--protect-mode`; off by default).
     Protect,
 }
 
@@ -179,18 +181,27 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub leader_election_retry_period: Duration,
 
-    /// Address of the protect controller's HTTPS admission webhook.
-    #[arg(long, default_value = ":9443")]
-    pub webhook_addr: String,
+    /// How the protect controller enforces: `admission-policy`, a ValidatingAdmissionPolicy the
+    /// API server evaluates itself (Kubernetes 1.30 or later; no webhook to serve), or `webhook`,
+    /// an HTTPS admission webhook every replica answers (any Kubernetes; the --webhook-* flags).
+    #[arg(long, value_enum, default_value = "admission-policy")]
+    pub protect_mode: ProtectModeArg,
 
-    /// URL the API server calls the webhook at (`https://host:port`; the webhook's path,
-    /// /validate, is added when the URL has none, and no other path is accepted); by default the
+    /// Address of the protect controller's HTTPS admission webhook (--protect-mode=webhook only;
+    /// `:9443` when not set).
+    #[arg(long)]
+    pub webhook_addr: Option<String>,
+
+    /// URL the API server calls the webhook at (--protect-mode=webhook only; `https://host:port`:
+    /// the webhook's path, /validate, is added when the URL has none, and no other path is
+    /// accepted); by default the
     /// Service conflux-webhook in RUNTIME_NAMESPACE.
     #[arg(long)]
     pub webhook_url: Option<String>,
 
-    /// Directory with the webhook's tls.crt and tls.key (and ca.crt); by default a self-signed
-    /// certificate is kept in the Secret conflux-webhook-cert and rotated.
+    /// Directory with the webhook's tls.crt and tls.key (and ca.crt) (--protect-mode=webhook
+    /// only); by default a self-signed certificate is kept in the Secret conflux-webhook-cert and
+    /// rotated.
     #[arg(long)]
     pub webhook_cert_dir: Option<std::path::PathBuf>,
 
@@ -215,6 +226,29 @@ fn non_empty(values: &[String]) -> Vec<String> {
 
 /// Name of the leader election Lease.
 pub const LEADER_ELECTION_LEASE: &str = "conflux-leader-election";
+
+/// The webhook's address when `--webhook-addr` is not set.
+pub const DEFAULT_WEBHOOK_ADDR: &str = ":9443";
+
+/// `--protect-mode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum ProtectModeArg {
+    /// A ValidatingAdmissionPolicy the API server evaluates (Kubernetes 1.30 or later).
+    AdmissionPolicy,
+    /// An HTTPS admission webhook served by every replica.
+    Webhook,
+}
+
+impl ProtectModeArg {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtectModeArg::AdmissionPolicy => "admission-policy",
+            ProtectModeArg::Webhook => "webhook",
+        }
+    }
+}
 
 /// `--trigger-mode` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -252,8 +286,11 @@ pub struct RunPlan {
     pub configs_namespace: Option<String>,
     /// The leader election, when enabled.
     pub leader_election: Option<LeaderElectionConfig>,
-    /// The protect webhook, when the protect controller runs.
+    /// The protect webhook, when the protect controller runs with `--protect-mode=webhook`.
     pub protect: Option<ProtectConfig>,
+    /// Who may change protected objects, when the protect controller runs with
+    /// `--protect-mode=admission-policy` (the leader applies the policy).
+    pub protect_policy: Option<Policy>,
 }
 
 impl RunArgs {
@@ -315,21 +352,43 @@ impl RunArgs {
         } else {
             None
         };
-        let protect = match controllers.contains(&ControllerName::Protect) {
-            false => None,
-            true if self.webhook_url.is_none() && self.runtime_namespace.is_empty() => {
-                bail!("the protect controller needs --webhook-url, or RUNTIME_NAMESPACE")
+        let policy = Policy {
+            allow_users: non_empty(&self.protect_allow_users),
+            allow_groups: non_empty(&self.protect_allow_groups),
+            ..Policy::default()
+        };
+        let (protect, protect_policy) = match (
+            controllers.contains(&ControllerName::Protect),
+            self.protect_mode,
+        ) {
+            (false, _) => (None, None),
+            (true, ProtectModeArg::AdmissionPolicy) => {
+                let webhook_flags = [
+                    ("--webhook-addr", self.webhook_addr.is_some()),
+                    ("--webhook-url", self.webhook_url.is_some()),
+                    ("--webhook-cert-dir", self.webhook_cert_dir.is_some()),
+                ];
+                if let Some((flag, _)) = webhook_flags.iter().find(|(_, set)| *set) {
+                    bail!(
+                        "{flag} is only used with --protect-mode=webhook; with --protect-mode=admission-policy (the default) the API server enforces the protection itself and no webhook is served: remove {flag}, or add --protect-mode=webhook"
+                    );
+                }
+                (None, Some(policy))
             }
-            true if self.webhook_cert_dir.is_none() && self.runtime_namespace.is_empty() => {
-                bail!(
-                    "the protect controller keeps its generated certificate in the Secret {} in the runtime namespace: set RUNTIME_NAMESPACE (or --runtime-namespace), or give --webhook-cert-dir",
-                    protect::CERT_SECRET
-                )
-            }
-            true => Some(ProtectConfig {
-                addr: metrics::parse_bind_addr("--webhook-addr", &self.webhook_addr)?
-                    .context("--webhook-addr cannot be 0 when the protect controller runs")?,
-                url: match &self.webhook_url {
+            (true, ProtectModeArg::Webhook) => {
+                if self.webhook_url.is_none() && self.runtime_namespace.is_empty() {
+                    bail!(
+                        "--protect-mode=webhook needs --webhook-url, or RUNTIME_NAMESPACE (for the Service conflux-webhook)"
+                    );
+                }
+                if self.webhook_cert_dir.is_none() && self.runtime_namespace.is_empty() {
+                    bail!(
+                        "the protect webhook keeps its generated certificate in the Secret {} in the runtime namespace: set RUNTIME_NAMESPACE (or --runtime-namespace), or give --webhook-cert-dir",
+                        protect::CERT_SECRET
+                    )
+                }
+                let addr = self.webhook_addr.as_deref().unwrap_or(DEFAULT_WEBHOOK_ADDR);
+                let url = match &self.webhook_url {
                     None => None,
                     Some(url) => Some(protect::webhook_url(url).with_context(|| {
                         format!(
@@ -337,15 +396,17 @@ impl RunArgs {
                             protect::PATH
                         )
                     })?),
-                },
-                cert_dir: self.webhook_cert_dir.clone(),
-                namespace: self.runtime_namespace.clone(),
-                policy: Policy {
-                    allow_users: non_empty(&self.protect_allow_users),
-                    allow_groups: non_empty(&self.protect_allow_groups),
-                    ..Policy::default()
-                },
-            }),
+                };
+                let config = ProtectConfig {
+                    addr: metrics::parse_bind_addr("--webhook-addr", addr)?
+                        .context("--webhook-addr cannot be 0 when the protect webhook runs")?,
+                    url,
+                    cert_dir: self.webhook_cert_dir.clone(),
+                    namespace: self.runtime_namespace.clone(),
+                    policy,
+                };
+                (Some(config), None)
+            }
         };
         let configs_namespace = if controllers.contains(&ControllerName::Copy) {
             None
@@ -356,6 +417,7 @@ impl RunArgs {
             configs_namespace,
             leader_election,
             protect,
+            protect_policy,
             controllers,
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
@@ -522,7 +584,13 @@ fn start_controllers(
             ControllerName::Protect => {
                 let excluded = Policy::default().excluded_namespaces;
                 let ctx = protect::Context::new(client.clone(), excluded, metrics.protect.clone());
-                tasks.spawn(protect::run(rt, configs, ctx));
+                tasks.spawn(protect::run(rt.clone(), configs, ctx));
+                // The leader applies the admission policy, or (webhook mode) removes one left
+                // from the other mode.
+                match plan.protect_policy.clone() {
+                    Some(policy) => tasks.spawn(protect_policy::run(rt, policy)),
+                    None => tasks.spawn(protect_policy::remove(rt)),
+                };
             }
         }
     }

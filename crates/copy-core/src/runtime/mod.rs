@@ -5,6 +5,8 @@
 //! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).
 //! - [`executor`]: the reads and writes of copies, each bounded in time.
 //! - [`protect`]: the admission webhook that protects sources, and the labeller that marks them.
+//! - [`protect_policy`]: the same protection as a ValidatingAdmissionPolicy the API server
+//!   enforces (`--protect-mode=admission-policy`).
 //!
 //! Both controllers take the process's [`ConfigWatches`](watch_index::runtime::ConfigWatches):
 //! no watch of their own on ConfigMaps or Secrets.
@@ -12,6 +14,7 @@
 pub mod copy;
 pub mod executor;
 pub mod protect;
+pub mod protect_policy;
 pub mod sync;
 
 use prometheus_client::encoding::EncodeLabelSet;
