@@ -1,6 +1,6 @@
 //! A third-party controller for its own kind, `Widget` (`example.conflux.dev/v1`, namespaced),
 //! that reconciles a Widget whenever the Secret named by its `spec.secretRef.name` changes, with
-//! Flux's watch-configs behaviour taken from `watch_index::runtime`:
+//! Flux's watch-configs behaviour taken from `watch_index::runtime`, on `conflux_runtime`:
 //!
 //! - only Secrets labelled `reconcile.fluxcd.io/watch=Enabled` wake their Widgets (the selector is
 //!   configurable, as Flux's `--watch-configs-label-selector`);
@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::{Health, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
@@ -27,8 +28,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use watch_index::refs::{ConfigKind, ReferenceSet};
+use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
-use watch_index::runtime::{ConfigWatches, Health, Runtime};
 use watch_index::trigger::{DEFAULT_WATCH_CONFIGS_SELECTOR, Mode, Trigger};
 
 /// API group of `Widget`.
@@ -166,7 +167,7 @@ impl WidgetController {
         refs.register_path(GROUP, KIND, ConfigKind::Secret, "spec.secretRef.name")?;
         // Secret → Widgets that reference it, kept current by the Widget watch.
         let index = ReferrerIndex::new(refs);
-        index.feed(&widgets, API_VERSION, KIND);
+        runtime.spawn(index.feed(&widgets, API_VERSION, KIND));
         // Flux's rule: matching Secrets only, first list = baseline, re-lists diffed.
         let trigger = Trigger::from_flag(&config.watch_configs_selector, config.mode)?;
         let fired = ConfigTrigger::new(trigger, index, client.clone()).stream(&configs);

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
@@ -13,8 +14,8 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::runtime::flux::{self, FluxMetrics, FluxTriggerConfig};
-use watch_index::runtime::{ConfigWatches, Runtime};
+use watch_index::runtime::ConfigWatches;
+use watch_index::runtime::flux_trigger::{self, FluxMetrics, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode;
 
@@ -163,7 +164,7 @@ async fn start_controller(cluster: &Cluster, ns: &str, mode: Mode) -> tokio::tas
     let runtime = Runtime::new(client);
     let configs = ConfigWatches::start(&runtime, Some(ns));
     let health = runtime.health().clone();
-    let task = tokio::spawn(flux::run(
+    let task = tokio::spawn(flux_trigger::run(
         runtime,
         configs,
         config,

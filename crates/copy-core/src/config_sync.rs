@@ -146,6 +146,16 @@ pub enum DeletionPolicy {
     Delete,
 }
 
+impl DeletionPolicy {
+    /// The name as written in a ConfigSync (`Orphan`, `Delete`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeletionPolicy::Orphan => "Orphan",
+            DeletionPolicy::Delete => "Delete",
+        }
+    }
+}
+
 /// What to do with a same-name object in a target namespace that this ConfigSync did not create.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]

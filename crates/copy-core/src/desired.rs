@@ -196,7 +196,7 @@ pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<Desired
 /// The copy of `source` that `fan_out` wants in `namespace`: the source's content, the fan-out's
 /// extra labels and annotations, the owner labels, the source annotation and the template hash.
 /// The Secret type is always the source's: conflux owns fan-out copies, so a type change is a
-/// re-creation decided by the [plan](crate::plan).
+/// re-creation decided by the [plan](crate::steps).
 pub fn fan_out_copy(source: &ConfigObject, fan_out: &FanOut, namespace: &str) -> ConfigObject {
     let mut labels = fan_out.labels.clone();
     // Ownership labels last: a template label cannot disown the copy.

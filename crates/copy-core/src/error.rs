@@ -95,7 +95,7 @@ pub enum Error {
     /// action.
     #[cfg(feature = "runtime")]
     #[error(transparent)]
-    Kube(#[from] watch_index::Error),
+    Kube(#[from] conflux_runtime::Error),
 
     /// Some copies of a fan-out failed (runtime feature); each failure was reported on its own.
     #[cfg(feature = "runtime")]
@@ -121,6 +121,15 @@ pub enum Error {
     #[cfg(feature = "runtime")]
     #[error("finalizer: {0}")]
     Finalizer(&'static str),
+
+    /// The API server does not serve `admissionregistration.k8s.io/v1`
+    /// ValidatingAdmissionPolicies (runtime feature): Kubernetes before 1.30, or the API turned
+    /// off. The protect controller's admission-policy mode cannot work there.
+    #[cfg(feature = "runtime")]
+    #[error(
+        "the API server does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicies (Kubernetes 1.30 or later); run conflux with --protect-mode=webhook"
+    )]
+    AdmissionPolicyUnsupported,
 }
 
 /// The details of [`Error::SecretTypeConflict`].
@@ -162,6 +171,8 @@ impl Error {
             Error::Finalizer(_) => "FinalizerFailed",
             #[cfg(feature = "runtime")]
             Error::NotListed { .. } => "NotListed",
+            #[cfg(feature = "runtime")]
+            Error::AdmissionPolicyUnsupported => "AdmissionPolicyUnsupported",
         }
     }
 

@@ -196,7 +196,7 @@ impl FanOut {
     /// The fan-out of a kopy source with an already parsed `selector`. With
     /// `Selector::nothing()` it selects no namespace, which is what the controller needs once the
     /// source or its annotation is gone: `plan_sync(.., None, ..)` then marks the copies orphaned,
-    /// and [`plan_deletion`](crate::plan::plan_deletion) releases them.
+    /// and [`plan_deletion`](crate::steps::plan_deletion) releases them.
     pub fn kopy(source: &SourceRef, selector: Selector) -> Self {
         FanOut {
             source: source.clone(),

@@ -9,12 +9,13 @@ mod error;
 pub mod fan_out;
 pub mod glob;
 pub mod ownership;
-pub mod plan;
 pub mod protect;
+pub mod protect_policy;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod source;
 pub mod status;
+pub mod steps;
 
 #[cfg(feature = "kube")]
 pub use config_sync::ConfigSync;
@@ -23,8 +24,8 @@ pub use desired::{DesiredCopy, WriteMode};
 pub use error::{Error, SecretTypeConflict};
 pub use fan_out::{FanOut, NamespaceView};
 pub use ownership::Owner;
-pub use plan::{Step, plan_deletion, plan_sync};
 pub use source::{ConfigObject, SourceKind, SourceRef};
+pub use steps::{Step, plan_deletion, plan_sync};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

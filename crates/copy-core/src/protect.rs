@@ -74,7 +74,7 @@ pub const DEPENDENTS_ANNOTATION: &str = "protect.conflux.dev/dependents";
 
 /// The group that is always allowed: cluster admins can repair anything, and not being able to
 /// configure it away means the webhook can never lock everyone out.
-const MASTERS_GROUP: &str = "system:masters";
+pub(crate) const MASTERS_GROUP: &str = "system:masters";
 
 /// How many dependents [`dependents_annotation`] lists before summarising the rest: 50 names of at
 /// most 253 characters keep the annotation far below the API server's 256 KiB limit on all
@@ -83,7 +83,7 @@ const MAX_LISTED_DEPENDENTS: usize = 50;
 
 /// How much of [`DEPENDENTS_ANNOTATION`] a deny message quotes: the annotation of an opted-in
 /// object is anyone's text, and the message must stay readable.
-const MAX_QUOTED_DEPENDENTS: usize = 2048;
+pub(crate) const MAX_QUOTED_DEPENDENTS: usize = 2048;
 
 /// The operation of an admission request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

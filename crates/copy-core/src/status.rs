@@ -1,6 +1,6 @@
 //! ConfigSync status from the outcome of a sync: the `Ready` condition and the counts.
 //!
-//! The controller executes a [plan](crate::plan), feeds each step's result into a [`SyncOutcome`]
+//! The controller executes a [plan](crate::steps), feeds each step's result into a [`SyncOutcome`]
 //! and writes [`status`]'s answer. No clock is read here: the caller passes `now`.
 //!
 //! | outcome | `Ready` | reason |
@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 use crate::Error;
 use crate::config_sync::{ConfigSyncStatus, TargetFailure};
-use crate::plan::Step;
+use crate::steps::Step;
 
 /// Condition type conflux sets on ConfigSyncs.
 pub const READY: &str = "Ready";

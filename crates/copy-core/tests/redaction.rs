@@ -10,7 +10,7 @@ use conflux_tests::leak::{
 use copy_core::audit::{AuditOptions, audit};
 use copy_core::desired::{WriteMode, pull_copy};
 use copy_core::fan_out::{FanOut, NamespaceView};
-use copy_core::plan::{Step, plan_deletion, plan_sync};
+use copy_core::steps::{Step, plan_deletion, plan_sync};
 use copy_core::{ConfigObject, ConfigSyncSpec};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};

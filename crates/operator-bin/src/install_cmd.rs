@@ -12,6 +12,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
+use copy_core::protect_policy;
 use copy_core::runtime::protect;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
@@ -28,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Resource;
-use operator_bin::run::ControllerName;
+use operator_bin::run::{ControllerName, ProtectModeArg};
 use serde::Serialize;
 use watch_index::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP};
 
@@ -47,13 +48,21 @@ pub struct InstallArgs {
     #[arg(long)]
     pub export: bool,
 
-    /// Controllers to run and grant RBAC for, comma-separated: copy, sync, reload, flux-trigger.
+    /// Controllers to run and grant RBAC for, comma-separated: copy, sync, reload, flux-trigger,
+    /// protect.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "copy,sync,reload,flux-trigger"
     )]
     pub controllers: Vec<ControllerName>,
+
+    /// How the protect controller enforces, when it runs (`conflux run --protect-mode`):
+    /// `admission-policy` (RBAC for ValidatingAdmissionPolicies, no webhook Service or port) or
+    /// `webhook` (RBAC for the ValidatingWebhookConfiguration and its certificate Secret, the
+    /// Service conflux-webhook and port 9443).
+    #[arg(long, value_enum, default_value = "admission-policy")]
+    pub protect_mode: ProtectModeArg,
 
     /// Namespace conflux runs in (created by the manifests).
     #[arg(long, default_value = "conflux-system")]
@@ -103,6 +112,18 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         Some(image) => image.clone(),
         None => format!("ghcr.io/conflux-dev/conflux:v{}", env!("CARGO_PKG_VERSION")),
     };
+    if let Some(arg) = args
+        .extra_args
+        .iter()
+        .find(|a| a.starts_with("--protect-mode"))
+    {
+        bail!(
+            "--arg={arg}: use `conflux install --protect-mode=...`, which also grants that mode's RBAC"
+        );
+    }
+    // The webhook's Service, port, certificate Secret and registration exist only in webhook mode.
+    let webhook = controllers.contains(&ControllerName::Protect)
+        && args.protect_mode == ProtectModeArg::Webhook;
 
     let mut docs = vec![to_doc(&Namespace {
         metadata: meta(None, ns),
@@ -117,7 +138,10 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
     let mut roles: Vec<(String, Vec<PolicyRule>)> =
         vec![(format!("{NAME}-common"), common_rules())];
     for c in &controllers {
-        roles.push((format!("{NAME}-{c}"), controller_rules(*c)));
+        roles.push((
+            format!("{NAME}-{c}"),
+            controller_rules(*c, args.protect_mode),
+        ));
     }
     for (name, rules) in &roles {
         docs.push(to_doc(&ClusterRole {
@@ -143,9 +167,9 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
     );
     docs.push(to_doc(&Role {
         metadata: meta(Some(ns), &election),
-        // kube-lease-manager reads, creates and patches the Lease (watch-index runtime::leader).
+        // kube-lease-manager reads, creates and patches the Lease (conflux-runtime's lease).
         // The protect webhook keeps its generated certificate in a Secret here.
-        rules: Some(if controllers.contains(&ControllerName::Protect) {
+        rules: Some(if webhook {
             vec![leases, rule("", &["secrets"], &["create", "update"])]
         } else {
             vec![leases]
@@ -165,7 +189,7 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         "metrics",
         METRICS_PORT,
     ))?);
-    if controllers.contains(&ControllerName::Protect) {
+    if webhook {
         // The API server calls the webhook through this Service (protect::SERVICE), port 443.
         docs.push(to_doc(&service(ns, protect::SERVICE, "webhook", 443))?);
     }
@@ -173,6 +197,7 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
         ns,
         &image,
         &controllers,
+        args.protect_mode,
         &args.extra_args,
     ))?);
     docs.push(to_doc(&PodDisruptionBudget {
@@ -207,7 +232,7 @@ fn common_rules() -> Vec<PolicyRule> {
 }
 
 /// The rules of one controller beyond [`common_rules`], verb by verb what its runtime does.
-fn controller_rules(controller: ControllerName) -> Vec<PolicyRule> {
+fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) -> Vec<PolicyRule> {
     // Copies are server-side applied, merge-patched (cleanup), deleted, and re-created where a
     // field is immutable (copy-core runtime::executor).
     let copies = || {
@@ -246,20 +271,65 @@ fn controller_rules(controller: ControllerName) -> Vec<PolicyRule> {
             rule(HELM_GROUP, &["helmreleases"], &lwp),
             rule(NOTIFICATION_GROUP, &["receivers"], &lwp),
         ],
-        // Sources are labelled (server-side apply of metadata); the webhook registers itself.
-        ControllerName::Protect => vec![
-            rule("", &["configmaps", "secrets"], &["patch"]),
-            rule(
-                copy_core::config_sync::GROUP,
-                &[&copy_core::ConfigSync::plural(&())],
-                &["list", "watch"],
-            ),
-            rule(
-                "admissionregistration.k8s.io",
-                &["validatingwebhookconfigurations"],
-                &["get", "create", "patch"],
-            ),
-        ],
+        // Sources are labelled (server-side apply of metadata). The webhook registers itself, or
+        // the leader applies the admission policy; each mode deletes, by name only, what the
+        // other mode left.
+        ControllerName::Protect => {
+            let mut rules = vec![
+                rule("", &["configmaps", "secrets"], &["patch"]),
+                rule(
+                    copy_core::config_sync::GROUP,
+                    &[&copy_core::ConfigSync::plural(&())],
+                    &["list", "watch"],
+                ),
+            ];
+            let group = "admissionregistration.k8s.io";
+            let webhooks = "validatingwebhookconfigurations";
+            let (policies, bindings) = (
+                "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings",
+            );
+            match protect_mode {
+                ProtectModeArg::Webhook => {
+                    rules.push(rule(group, &[webhooks], &["get", "create", "patch"]));
+                    rules.push(named(
+                        group,
+                        &[policies],
+                        &["delete"],
+                        &[protect_policy::POLICY_NAME],
+                    ));
+                    rules.push(named(
+                        group,
+                        &[bindings],
+                        &["delete"],
+                        &[
+                            protect_policy::SOURCES_BINDING,
+                            protect_policy::LABELLED_BINDING,
+                        ],
+                    ));
+                }
+                // An apply creates or patches; conflux's own identity comes from a
+                // SelfSubjectReview, which every authenticated user may create.
+                _ => {
+                    rules.push(rule(group, &[policies, bindings], &["create", "patch"]));
+                    rules.push(named(
+                        group,
+                        &[webhooks],
+                        &["delete"],
+                        &[protect::WEBHOOK_CONFIGURATION],
+                    ));
+                }
+            }
+            rules
+        }
+    }
+}
+
+/// [`rule`] restricted to objects of these names.
+fn named(group: &str, resources: &[&str], verbs: &[&str], names: &[&str]) -> PolicyRule {
+    PolicyRule {
+        resource_names: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+        ..rule(group, resources, verbs)
     }
 }
 
@@ -267,10 +337,12 @@ fn deployment(
     ns: &str,
     image: &str,
     controllers: &BTreeSet<ControllerName>,
+    protect_mode: ProtectModeArg,
     extra_args: &[String],
 ) -> Deployment {
     let names: Vec<&str> = controllers.iter().map(|c| c.as_str()).collect();
     let protects = controllers.contains(&ControllerName::Protect);
+    let webhook = protects && protect_mode == ProtectModeArg::Webhook;
     let mut args = vec![
         "run".to_owned(),
         format!("--controllers={}", names.join(",")),
@@ -278,6 +350,9 @@ fn deployment(
         format!("--metrics-addr=:{METRICS_PORT}"),
         format!("--health-addr=:{HEALTH_PORT}"),
     ];
+    if protects {
+        args.push(format!("--protect-mode={}", protect_mode.as_str()));
+    }
     args.extend(extra_args.iter().cloned());
     let env_from_field = |name: &str, path: &str| EnvVar {
         name: name.to_owned(),
@@ -326,7 +401,7 @@ fn deployment(
                 ("webhook", 9443),
             ]
             .into_iter()
-            .filter(|(name, _)| *name != "webhook" || protects)
+            .filter(|(name, _)| *name != "webhook" || webhook)
             .map(|(name, p)| port(name, p))
             .collect(),
         ),

@@ -7,20 +7,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use conflux_runtime::admin::{Admin, Endpoints};
+use conflux_runtime::lease::{self, LeaderElectionConfig};
+use conflux_runtime::server::{Limits, Server};
+use conflux_runtime::{InitialList, Runtime, shutdown};
 use copy_core::protect::Policy;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::protect::{self, ProtectConfig};
+use copy_core::runtime::protect_policy;
 use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
-use watch_index::runtime::flux::{self, FluxTriggerConfig};
-use watch_index::runtime::leader::{self, LeaderElectionConfig};
-use watch_index::runtime::{ConfigWatches, InitialList, Runtime, shutdown_signal};
+use watch_index::runtime::ConfigWatches;
+use watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
 
-use crate::metrics::{self, Endpoints, Metrics};
+use crate::metrics::{self, Metrics};
 use crate::telemetry::{self, LogEncoding};
 
 /// `--initial-list-strategy`.
@@ -53,7 +57,8 @@ pub enum ControllerName {
     Reload,
     /// `reconcile.fluxcd.io/requestedAt` on Flux objects whose referenced config changed.
     FluxTrigger,
-    /// The admission webhook that protects copied-from sources (off by default).
+    /// Protects copied-from sources: a ValidatingAdmissionPolicy or an admission webhook
+    /// (`--protect-mode`; off by default).
     Protect,
 }
 
@@ -202,17 +207,27 @@ pub struct RunArgs {
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub leader_election_retry_period: Duration,
 
-    /// Address of the protect controller's HTTPS admission webhook.
-    #[arg(long, default_value = ":9443")]
-    pub webhook_addr: String,
+    /// How the protect controller enforces: `admission-policy`, a ValidatingAdmissionPolicy the
+    /// API server evaluates itself (Kubernetes 1.30 or later; no webhook to serve), or `webhook`,
+    /// an HTTPS admission webhook every replica answers (any Kubernetes; the --webhook-* flags).
+    #[arg(long, value_enum, default_value = "admission-policy")]
+    pub protect_mode: ProtectModeArg,
 
-    /// URL the API server calls the webhook at; by default the Service conflux-webhook in
-    /// RUNTIME_NAMESPACE.
+    /// Address of the protect controller's HTTPS admission webhook (--protect-mode=webhook only;
+    /// `:9443` when not set).
+    #[arg(long)]
+    pub webhook_addr: Option<String>,
+
+    /// URL the API server calls the webhook at (--protect-mode=webhook only; `https://host:port`:
+    /// the webhook's path, /validate, is added when the URL has none, and no other path is
+    /// accepted); by default the
+    /// Service conflux-webhook in RUNTIME_NAMESPACE.
     #[arg(long)]
     pub webhook_url: Option<String>,
 
-    /// Directory with the webhook's tls.crt and tls.key (and ca.crt); by default a self-signed
-    /// certificate is kept in the Secret conflux-webhook-cert and rotated.
+    /// Directory with the webhook's tls.crt and tls.key (and ca.crt) (--protect-mode=webhook
+    /// only); by default a self-signed certificate is kept in the Secret conflux-webhook-cert and
+    /// rotated.
     #[arg(long)]
     pub webhook_cert_dir: Option<std::path::PathBuf>,
 
@@ -237,6 +252,29 @@ fn non_empty(values: &[String]) -> Vec<String> {
 
 /// Name of the leader election Lease.
 pub const LEADER_ELECTION_LEASE: &str = "conflux-leader-election";
+
+/// The webhook's address when `--webhook-addr` is not set.
+pub const DEFAULT_WEBHOOK_ADDR: &str = ":9443";
+
+/// `--protect-mode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+#[non_exhaustive]
+pub enum ProtectModeArg {
+    /// A ValidatingAdmissionPolicy the API server evaluates (Kubernetes 1.30 or later).
+    AdmissionPolicy,
+    /// An HTTPS admission webhook served by every replica.
+    Webhook,
+}
+
+impl ProtectModeArg {
+    /// The name used on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProtectModeArg::AdmissionPolicy => "admission-policy",
+            ProtectModeArg::Webhook => "webhook",
+        }
+    }
+}
 
 /// `--trigger-mode` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -274,8 +312,11 @@ pub struct RunPlan {
     pub configs_namespace: Option<String>,
     /// The leader election, when enabled.
     pub leader_election: Option<LeaderElectionConfig>,
-    /// The protect webhook, when the protect controller runs.
+    /// The protect webhook, when the protect controller runs with `--protect-mode=webhook`.
     pub protect: Option<ProtectConfig>,
+    /// Who may change protected objects, when the protect controller runs with
+    /// `--protect-mode=admission-policy` (the leader applies the policy).
+    pub protect_policy: Option<Policy>,
 }
 
 impl RunArgs {
@@ -337,23 +378,61 @@ impl RunArgs {
         } else {
             None
         };
-        let protect = match controllers.contains(&ControllerName::Protect) {
-            false => None,
-            true if self.webhook_url.is_none() && self.runtime_namespace.is_empty() => {
-                bail!("the protect controller needs --webhook-url, or RUNTIME_NAMESPACE")
+        let policy = Policy {
+            allow_users: non_empty(&self.protect_allow_users),
+            allow_groups: non_empty(&self.protect_allow_groups),
+            ..Policy::default()
+        };
+        let (protect, protect_policy) = match (
+            controllers.contains(&ControllerName::Protect),
+            self.protect_mode,
+        ) {
+            (false, _) => (None, None),
+            (true, ProtectModeArg::AdmissionPolicy) => {
+                let webhook_flags = [
+                    ("--webhook-addr", self.webhook_addr.is_some()),
+                    ("--webhook-url", self.webhook_url.is_some()),
+                    ("--webhook-cert-dir", self.webhook_cert_dir.is_some()),
+                ];
+                if let Some((flag, _)) = webhook_flags.iter().find(|(_, set)| *set) {
+                    bail!(
+                        "{flag} is only used with --protect-mode=webhook; with --protect-mode=admission-policy (the default) the API server enforces the protection itself and no webhook is served: remove {flag}, or add --protect-mode=webhook"
+                    );
+                }
+                (None, Some(policy))
             }
-            true => Some(ProtectConfig {
-                addr: metrics::parse_bind_addr("--webhook-addr", &self.webhook_addr)?
-                    .context("--webhook-addr cannot be 0 when the protect controller runs")?,
-                url: self.webhook_url.clone(),
-                cert_dir: self.webhook_cert_dir.clone(),
-                namespace: self.runtime_namespace.clone(),
-                policy: Policy {
-                    allow_users: non_empty(&self.protect_allow_users),
-                    allow_groups: non_empty(&self.protect_allow_groups),
-                    ..Policy::default()
-                },
-            }),
+            (true, ProtectModeArg::Webhook) => {
+                if self.webhook_url.is_none() && self.runtime_namespace.is_empty() {
+                    bail!(
+                        "--protect-mode=webhook needs --webhook-url, or RUNTIME_NAMESPACE (for the Service conflux-webhook)"
+                    );
+                }
+                if self.webhook_cert_dir.is_none() && self.runtime_namespace.is_empty() {
+                    bail!(
+                        "the protect webhook keeps its generated certificate in the Secret {} in the runtime namespace: set RUNTIME_NAMESPACE (or --runtime-namespace), or give --webhook-cert-dir",
+                        protect::CERT_SECRET
+                    )
+                }
+                let addr = self.webhook_addr.as_deref().unwrap_or(DEFAULT_WEBHOOK_ADDR);
+                let url = match &self.webhook_url {
+                    None => None,
+                    Some(url) => Some(protect::webhook_url(url).with_context(|| {
+                        format!(
+                            "invalid --webhook-url '{url}': conflux serves the webhook on {} (leave the path out, or give exactly that one)",
+                            protect::PATH
+                        )
+                    })?),
+                };
+                let config = ProtectConfig {
+                    addr: metrics::parse_bind_addr("--webhook-addr", addr)?
+                        .context("--webhook-addr cannot be 0 when the protect webhook runs")?,
+                    url,
+                    cert_dir: self.webhook_cert_dir.clone(),
+                    namespace: self.runtime_namespace.clone(),
+                    policy,
+                };
+                (Some(config), None)
+            }
         };
         let configs_namespace = if controllers.contains(&ControllerName::Copy) {
             None
@@ -364,6 +443,7 @@ impl RunArgs {
             configs_namespace,
             leader_election,
             protect,
+            protect_policy,
             controllers,
             copy: CopyConfig {
                 object_selector: object_selector.clone(),
@@ -418,14 +498,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     metrics.register(runtime.metrics(), &mut registry);
     let registry = Arc::new(registry);
     let health = runtime.health().clone();
-    if let Some(addr) = metrics::parse_bind_addr("--metrics-addr", &args.metrics_addr)? {
-        let bound =
-            metrics::serve(addr, Endpoints::Metrics, registry.clone(), health.clone()).await?;
-        info!(addr = %bound, "serving metrics");
-    }
-    if let Some(addr) = metrics::parse_bind_addr("--health-addr", &args.health_addr)? {
-        let bound = metrics::serve(addr, Endpoints::Health, registry.clone(), health).await?;
-        info!(addr = %bound, "serving health probes");
+    for (flag, value, endpoints) in [
+        ("--metrics-addr", &args.metrics_addr, Endpoints::Metrics),
+        ("--health-addr", &args.health_addr, Endpoints::Health),
+    ] {
+        let Some(addr) = metrics::parse_bind_addr(flag, value)? else {
+            continue;
+        };
+        // One request per connection, as probes and scrapes make them: nothing lingers.
+        let server = Server::bind(addr).await?.with_limits(Limits {
+            keep_alive: false,
+            ..Limits::default()
+        });
+        info!(addr = %server.local_addr(), endpoints = endpoints.paths(), "serving admin endpoints");
+        let admin = Admin::new(endpoints, registry.clone(), health.clone());
+        runtime.spawn(server.serve(admin, runtime.tasks().token().clone().cancelled_owned()));
     }
 
     let names: Vec<&str> = plan.controllers.iter().map(|c| c.as_str()).collect();
@@ -435,7 +522,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let configs = ConfigWatches::start(&runtime, plan.configs_namespace.as_deref());
     // The webhook answers on every replica (its decisions read only the object).
     if let Some(config) = plan.protect.clone() {
-        tokio::spawn(protect::serve(
+        runtime.spawn(protect::serve(
             runtime.clone(),
             config,
             metrics.protect.clone(),
@@ -443,22 +530,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let Some(election) = plan.leader_election.clone() else {
         let mut tasks = start_controllers(&plan, &runtime, &configs, &metrics);
-        return tokio::select! {
-            () = shutdown_signal() => {
+        let result = tokio::select! {
+            () = shutdown::signal() => {
                 info!("shutdown signal received, stopping");
-                tasks.abort_all();
                 Ok(())
             }
             err = supervise(&mut tasks) => Err(err),
         };
+        tasks.shutdown().await;
+        stop(&runtime).await;
+        return result;
     };
     info!(lease = %election.name, identity = %election.identity, "leader election: waiting for the lease");
     let leader_metrics = metrics.leader.clone();
-    leader::run_elected(
-        runtime,
+    lease::run_elected(
+        runtime.clone(),
         election,
         leader_metrics,
-        shutdown_signal(),
+        shutdown::signal(),
         |term| {
             let mut tasks = start_controllers(&plan, &term, &configs, &metrics);
             async move {
@@ -468,8 +557,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
     )
     .await;
+    stop(&runtime).await;
     info!("shutdown signal received, stopped");
     Ok(())
+}
+
+/// How long the process's tasks (servers draining, retries) may take to stop.
+const STOP_BOUND: Duration = Duration::from_secs(10);
+
+/// Cancels the process's tasks and waits for them (servers finish the requests in flight).
+async fn stop(runtime: &Runtime) {
+    if !runtime.end(STOP_BOUND).await {
+        tracing::warn!(
+            seconds = STOP_BOUND.as_secs(),
+            "some tasks did not stop in time"
+        );
+    }
 }
 
 /// Starts every planned controller on `runtime` (the process's, or a leadership term's).
@@ -486,7 +589,7 @@ fn start_controllers(
         match controller {
             ControllerName::FluxTrigger => {
                 let (config, m) = (plan.flux_trigger.clone(), metrics.flux.clone());
-                tasks.spawn(flux::run(rt, configs, config, m));
+                tasks.spawn(flux_trigger::run(rt, configs, config, m));
             }
             ControllerName::Copy => {
                 let ctx =
@@ -509,7 +612,13 @@ fn start_controllers(
             ControllerName::Protect => {
                 let excluded = Policy::default().excluded_namespaces;
                 let ctx = protect::Context::new(client.clone(), excluded, metrics.protect.clone());
-                tasks.spawn(protect::run(rt, configs, ctx));
+                tasks.spawn(protect::run(rt.clone(), configs, ctx));
+                // The leader applies the admission policy, or (webhook mode) removes one left
+                // from the other mode.
+                match plan.protect_policy.clone() {
+                    Some(policy) => tasks.spawn(protect_policy::run(rt, policy)),
+                    None => tasks.spawn(protect_policy::remove(rt)),
+                };
             }
         }
     }
@@ -525,4 +634,67 @@ async fn supervise(tasks: &mut tokio::task::JoinSet<()>) -> anyhow::Error {
     };
     error!(error = %format!("{err:#}"), "controller failed");
     err
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Args {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    /// The plan of `conflux run` with `args`, without RUNTIME_NAMESPACE unless given.
+    fn plan(args: &[&str]) -> anyhow::Result<RunPlan> {
+        let mut argv = vec!["conflux"];
+        if !args.iter().any(|a| a.starts_with("--runtime-namespace")) {
+            argv.push("--runtime-namespace=");
+        }
+        argv.extend_from_slice(args);
+        Args::try_parse_from(argv)?.run.plan()
+    }
+
+    #[test]
+    fn a_webhook_url_without_a_path_is_served_and_another_path_is_refused_at_start() {
+        let with = |url: &str| {
+            plan(&[
+                "--controllers=sync,protect",
+                "--webhook-url",
+                url,
+                "--runtime-namespace=conflux-system",
+            ])
+        };
+        let planned = with("https://127.0.0.1:9443").expect("valid");
+        let url = planned.protect.and_then(|p| p.url);
+        assert_eq!(url.as_deref(), Some("https://127.0.0.1:9443/validate"));
+        let err = with("https://127.0.0.1:9443/hook").expect_err("refused");
+        assert!(format!("{err:#}").contains("/validate"), "{err:#}");
+    }
+
+    #[test]
+    fn protect_without_a_runtime_namespace_says_what_is_missing_at_start() {
+        let err = plan(&[
+            "--controllers=sync,protect",
+            "--webhook-url=https://127.0.0.1:9443",
+        ])
+        .expect_err("refused");
+        let message = format!("{err:#}");
+        assert!(message.contains("RUNTIME_NAMESPACE"), "{message}");
+        assert!(message.contains("--webhook-cert-dir"), "{message}");
+        // A certificate directory needs no Secret, so no namespace.
+        let planned = plan(&[
+            "--controllers=sync,protect",
+            "--webhook-url=https://127.0.0.1:9443",
+            "--webhook-cert-dir=/certs",
+        ]);
+        assert!(
+            planned.is_ok(),
+            "{:#}",
+            planned.err().map(|e| e.to_string()).unwrap_or_default()
+        );
+    }
 }

@@ -305,3 +305,173 @@ fn install_without_export_is_a_usage_error() {
         "{stderr}"
     );
 }
+
+/// The protect controller's RBAC and objects follow `--protect-mode`: the admission-policy mode
+/// (the default) applies ValidatingAdmissionPolicies and has no webhook Service, port or
+/// certificate Secret; the webhook mode the reverse. Each may delete, by name only, what the other
+/// mode left. The Deployment passes the mode to `conflux run`, whose start-up checks accept it.
+#[test]
+fn protect_modes_get_their_own_rbac_and_webhook_objects() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Run {
+        #[command(flatten)]
+        args: operator_bin::run::RunArgs,
+    }
+    let group = "admissionregistration.k8s.io";
+    // (group, resource, verb, resourceNames) of every rule of the ClusterRole conflux-protect.
+    let protect_rules = |docs: &[Value]| -> Vec<(String, String, String, Vec<String>)> {
+        let role = docs
+            .iter()
+            .find(|d| d["kind"] == "ClusterRole" && d["metadata"]["name"] == "conflux-protect")
+            .expect("ClusterRole conflux-protect");
+        let mut out = Vec::new();
+        for rule in role["rules"].as_array().expect("rules") {
+            let names: Vec<String> = rule["resourceNames"]
+                .as_array()
+                .map(|n| {
+                    n.iter()
+                        .filter_map(|v| v.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            for g in rule["apiGroups"].as_array().expect("groups") {
+                for r in rule["resources"].as_array().expect("resources") {
+                    for v in rule["verbs"].as_array().expect("verbs") {
+                        let s = |x: &Value| x.as_str().expect("string").to_owned();
+                        out.push((s(g), s(r), s(v), names.clone()));
+                    }
+                }
+            }
+        }
+        out
+    };
+    let has = |rules: &[(String, String, String, Vec<String>)], r: &str, v: &str| {
+        rules
+            .iter()
+            .find(|(g, res, verb, _)| g == group && res == r && verb == v)
+            .map(|(.., names)| names.clone())
+    };
+    let run_args = |docs: &[Value]| -> Vec<String> {
+        let deployment = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("Deployment");
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let ports: Vec<&str> = container["ports"]
+            .as_array()
+            .expect("ports")
+            .iter()
+            .filter_map(|p| p["name"].as_str())
+            .collect();
+        let mut args: Vec<String> = container["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect();
+        args.push(format!("ports={}", ports.join(",")));
+        args
+    };
+    let webhook_objects = |docs: &[Value]| {
+        let service = docs
+            .iter()
+            .any(|d| d["kind"] == "Service" && d["metadata"]["name"] == "conflux-webhook");
+        // The certificate Secret is replaced (update), which no copy does.
+        let cert_secret = granted(&grants(docs), "", "secrets", "update");
+        (service, cert_secret)
+    };
+
+    for args in [
+        vec!["--controllers=copy,protect"],
+        vec![
+            "--controllers=copy,protect",
+            "--protect-mode=admission-policy",
+        ],
+    ] {
+        let docs = export(&args);
+        let rules = protect_rules(&docs);
+        for resource in [
+            "validatingadmissionpolicies",
+            "validatingadmissionpolicybindings",
+        ] {
+            for verb in ["create", "patch"] {
+                assert_eq!(
+                    has(&rules, resource, verb),
+                    Some(vec![]),
+                    "{verb} {resource}"
+                );
+            }
+            assert_eq!(has(&rules, resource, "delete"), None);
+        }
+        assert_eq!(
+            has(&rules, "validatingwebhookconfigurations", "delete"),
+            Some(vec!["conflux-protect".to_owned()])
+        );
+        for verb in ["get", "create", "patch"] {
+            assert_eq!(has(&rules, "validatingwebhookconfigurations", verb), None);
+        }
+        assert_eq!(webhook_objects(&docs), (false, false), "no webhook objects");
+        let run = run_args(&docs);
+        assert!(run.contains(&"--protect-mode=admission-policy".to_owned()));
+        assert!(run.contains(&"ports=metrics,healthz".to_owned()), "{run:?}");
+        let flags: Vec<&String> = run.iter().filter(|a| !a.starts_with("ports=")).collect();
+        let parsed = Run::try_parse_from(&flags).expect("the Deployment's flags parse");
+        let mut parsed = parsed.args;
+        parsed.runtime_namespace = "conflux-system".to_owned();
+        let plan = parsed.plan().expect("start-up checks pass");
+        assert!(plan.protect.is_none() && plan.protect_policy.is_some());
+    }
+
+    let docs = export(&["--controllers=copy,protect", "--protect-mode=webhook"]);
+    let rules = protect_rules(&docs);
+    for verb in ["get", "create", "patch"] {
+        assert_eq!(
+            has(&rules, "validatingwebhookconfigurations", verb),
+            Some(vec![])
+        );
+    }
+    assert_eq!(
+        has(&rules, "validatingadmissionpolicies", "delete"),
+        Some(vec!["conflux-protect".to_owned()])
+    );
+    assert_eq!(
+        has(&rules, "validatingadmissionpolicybindings", "delete"),
+        Some(vec![
+            "conflux-protect-sources".to_owned(),
+            "conflux-protect-labelled".to_owned()
+        ])
+    );
+    for verb in ["create", "patch"] {
+        assert_eq!(has(&rules, "validatingadmissionpolicies", verb), None);
+    }
+    assert_eq!(webhook_objects(&docs), (true, true));
+    let run = run_args(&docs);
+    assert!(run.contains(&"--protect-mode=webhook".to_owned()));
+    assert!(
+        run.contains(&"ports=metrics,healthz,webhook".to_owned()),
+        "{run:?}"
+    );
+
+    // Without protect, no mode is passed and nothing of either mode is granted.
+    let docs = export(&["--controllers=copy"]);
+    assert!(
+        !run_args(&docs)
+            .iter()
+            .any(|a| a.starts_with("--protect-mode"))
+    );
+    assert!(!grants(&docs).iter().any(|(g, ..)| g == group));
+
+    // The mode is install's flag, so that the RBAC matches it.
+    let output = conflux_install(&[
+        "--export",
+        "--controllers=protect",
+        "--arg=--protect-mode=webhook",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("conflux install --protect-mode"),
+        "{stderr}"
+    );
+}

@@ -89,6 +89,7 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         "protect",
         &[
             "--controllers=protect",
+            "--protect-mode=webhook",
             &format!("--webhook-addr=127.0.0.1:{port}"),
             &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
         ],
@@ -373,6 +374,7 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         "protect-renew",
         &[
             "--controllers=protect",
+            "--protect-mode=webhook",
             &format!("--webhook-addr=127.0.0.1:{port}"),
             &format!("--webhook-url={url}"),
         ],
@@ -422,6 +424,7 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         "protect-dir",
         &[
             "--controllers=protect",
+            "--protect-mode=webhook",
             &format!("--webhook-addr=127.0.0.1:{port}"),
             &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
             &format!("--webhook-cert-dir={}", dir.display()),
@@ -492,5 +495,95 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         .delete(&sync_name, &DeleteParams::default())
         .await
         .expect("delete");
+    conflux.stop();
+}
+
+/// The sum of `conflux_protect_webhook_requests_total` over its labels: reviews the webhook has
+/// answered.
+fn webhook_requests(conflux: &Conflux) -> f64 {
+    conflux
+        .metrics()
+        .lines()
+        .filter(|l| l.starts_with("conflux_protect_webhook_requests_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// kube-system objects labelled for protection never reach the webhook: its namespaceSelector
+/// spares them (the webhook's request counter does not move while a tenant changes and deletes
+/// them), while the same object in another namespace is refused through the webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_system_objects_never_reach_the_webhook() {
+    let _serial = fault_support::serial().await;
+    let cluster = conflux_tests::cluster();
+    let admin = cluster.client().await;
+    conflux_tests::objects::install_crd(
+        &admin,
+        MANAGER,
+        &conflux_tests::objects::config_sync_crd(),
+    )
+    .await;
+    let system = cluster.namespace(&admin, "protect-ks-system").await;
+    let other = cluster.namespace(&admin, "protect-ks").await;
+    let port = free_port();
+    let mut conflux = Conflux::start_with(
+        cluster.kubeconfig(),
+        "protect-kube-system",
+        &[
+            "--controllers=protect",
+            "--protect-mode=webhook",
+            &format!("--webhook-addr=127.0.0.1:{port}"),
+            &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
+        ],
+        &[("RUNTIME_NAMESPACE", system.as_str())],
+    );
+    conflux.wait_ready().await;
+    let binding = format!("alice-edit-{}", std::process::id());
+    for ns in ["kube-system", other.as_str()] {
+        apply(
+            &admin,
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": binding, "namespace": ns},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
+        )
+        .await;
+    }
+    let alice = impersonating("alice").await;
+    let (pp, dp) = (PatchParams::default(), DeleteParams::default());
+    let name = format!("guarded-{}", std::process::id());
+    for ns in [other.as_str(), "kube-system"] {
+        apply(
+            &admin,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": ns,
+                                "labels": {PROTECTED: "true", ENABLED: "true"},
+                                "annotations": {DEPENDENTS: "ConfigSync/x"}},
+                   "data": {"a": "1"}}),
+        )
+        .await;
+        let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), ns);
+        let before = webhook_requests(&conflux);
+        let data = json!({"data": {"a": "2"}});
+        let changed = refusal(cms.patch(&name, &pp, &Patch::Merge(&data)).await);
+        let deleted = refusal(cms.delete(&name, &dp).await);
+        let after = webhook_requests(&conflux);
+        if ns == "kube-system" {
+            assert_eq!(changed, "", "kube-system is never protected");
+            assert_eq!(deleted, "", "kube-system is never protected");
+            assert_eq!(before, after, "the webhook was not called for kube-system");
+        } else {
+            assert!(changed.contains("is protected"), "{changed}");
+            assert!(deleted.contains("is protected"), "{deleted}");
+            assert!(
+                after >= before + 2.0,
+                "the webhook answered: {before} → {after}"
+            );
+        }
+    }
+    Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), "kube-system")
+        .delete(&binding, &dp)
+        .await
+        .expect("clean up");
     conflux.stop();
 }

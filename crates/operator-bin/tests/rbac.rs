@@ -39,13 +39,16 @@ const RBAC_KINDS: [&str; 7] = [
     "RoleBinding",
 ];
 
-/// The documents of `conflux install --export` with every controller.
+/// The documents of `conflux install --export` with every controller, protect as a webhook.
 fn export() -> Vec<Value> {
     let output = Command::new(env!("CARGO_BIN_EXE_conflux"))
         .args([
             "install",
             "--export",
             "--controllers=copy,sync,reload,flux-trigger,protect",
+            // The webhook mode (its Service, certificate Secret and registration); the
+            // admission-policy mode's RBAC is proven in protect_policy.rs.
+            "--protect-mode=webhook",
         ])
         .output()
         .expect("run conflux install --export");
@@ -162,6 +165,15 @@ async fn client_from(kubeconfig: &std::path::Path) -> Client {
 
 /// What the ServiceAccount may do, asked of the API server as itself.
 async fn allowed(client: &Client, attrs: (&str, &str, &str, Option<&str>, Option<&str>)) -> bool {
+    allowed_named(client, attrs, None).await
+}
+
+/// [`allowed`] for the object `name` (rules restricted by `resourceNames`).
+async fn allowed_named(
+    client: &Client,
+    attrs: (&str, &str, &str, Option<&str>, Option<&str>),
+    name: Option<&str>,
+) -> bool {
     let (group, resource, verb, namespace, subresource) = attrs;
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
@@ -171,6 +183,7 @@ async fn allowed(client: &Client, attrs: (&str, &str, &str, Option<&str>, Option
                 verb: Some(verb.to_owned()),
                 namespace: namespace.map(str::to_owned),
                 subresource: subresource.map(str::to_owned),
+                name: name.map(str::to_owned),
                 ..ResourceAttributes::default()
             }),
             ..SelfSubjectAccessReviewSpec::default()
@@ -220,6 +233,7 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
         &[
             "--enable-leader-election",
             "--controllers=protect",
+            "--protect-mode=webhook",
             &format!("--webhook-addr=127.0.0.1:{port}"),
             &format!("--webhook-url=https://127.0.0.1:{port}/validate"),
         ],
@@ -341,10 +355,18 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
                             Some((r, s)) => (r, Some(s)),
                             None => (resource, None),
                         };
-                        assert!(
-                            allowed(&sa, (group, resource, verb, namespace, sub)).await,
-                            "{role} grants {verb} {group}/{resource}, but the ServiceAccount may not"
-                        );
+                        // A rule restricted to names is checked for each of them.
+                        let names: Vec<Option<&str>> = match rule["resourceNames"].as_array() {
+                            Some(names) => names.iter().map(Value::as_str).collect(),
+                            None => vec![None],
+                        };
+                        for name in names {
+                            assert!(
+                                allowed_named(&sa, (group, resource, verb, namespace, sub), name)
+                                    .await,
+                                "{role} grants {verb} {group}/{resource} {name:?}, but the ServiceAccount may not"
+                            );
+                        }
                     }
                 }
             }
@@ -406,6 +428,21 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
             None,
         ),
         ("conflux.dev", "configsyncs", "create", None, None),
+        // The admission-policy mode's objects: deleted by name only.
+        (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+            "delete",
+            None,
+            None,
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "validatingadmissionpolicies",
+            "create",
+            None,
+            None,
+        ),
         ("conflux.dev", "configsyncs", "delete", None, None),
         (
             "apiextensions.k8s.io",

@@ -71,3 +71,62 @@ fn plan_without_a_path_is_a_usage_error() {
     assert_eq!(code, 2, "{stderr}");
     assert!(stderr.contains("<PATH>"), "{stderr}");
 }
+
+#[test]
+fn protect_mode_and_webhook_flags_must_agree() {
+    // The webhook flags belong to --protect-mode=webhook; the default mode refuses them.
+    for flag in [
+        "--webhook-addr=:9443",
+        "--webhook-url=https://127.0.0.1:9443/validate",
+        "--webhook-cert-dir=/tmp",
+    ] {
+        let (code, stderr) = conflux(&["run", "--controllers=protect", flag]);
+        assert_eq!(code, 1, "{flag}: {stderr}");
+        let name = flag.split('=').next().unwrap_or_default();
+        assert!(
+            stderr.contains(&format!("{name} is only used with --protect-mode=webhook"))
+                && stderr.contains("add --protect-mode=webhook"),
+            "{stderr}"
+        );
+        let (code, stderr) = conflux(&[
+            "run",
+            "--controllers=protect",
+            "--protect-mode=admission-policy",
+            flag,
+        ]);
+        assert_eq!(code, 1, "{flag}: {stderr}");
+    }
+    // The webhook mode needs a URL or a namespace for its Service, and a real address.
+    let (code, stderr) = conflux(&["run", "--controllers=protect", "--protect-mode=webhook"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("--protect-mode=webhook needs --webhook-url, or RUNTIME_NAMESPACE"),
+        "{stderr}"
+    );
+    let (code, stderr) = conflux(&[
+        "run",
+        "--controllers=protect",
+        "--protect-mode=webhook",
+        "--webhook-url=https://127.0.0.1:9443/validate",
+        "--webhook-addr=0",
+    ]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("--webhook-addr cannot be 0"), "{stderr}");
+    let (code, stderr) = conflux(&["run", "--protect-mode=sidecar"]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("invalid value 'sidecar' for '--protect-mode"),
+        "{stderr}"
+    );
+    // Without the protect controller, the webhook flags are ignored as before.
+    let (code, stderr) = conflux(&[
+        "run",
+        "--controllers=copy",
+        "--webhook-url=https://x/validate",
+    ]);
+    assert!(!stderr.contains("--protect-mode"), "{stderr}");
+    assert!(
+        stderr.contains("cannot build a Kubernetes client"),
+        "the flags passed: {code} {stderr}"
+    );
+}

@@ -39,7 +39,7 @@ pub enum Error {
     /// object, never its data.
     #[cfg(feature = "runtime")]
     #[error(transparent)]
-    Kube(#[from] watch_index::Error),
+    Kube(#[from] conflux_runtime::Error),
     /// The workload's kind is not served by this cluster (runtime feature).
     #[cfg(feature = "runtime")]
     #[error("{kind} is not served by this cluster")]

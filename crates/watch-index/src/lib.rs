@@ -12,8 +12,6 @@ pub mod runtime;
 pub mod selector;
 pub mod trigger;
 
-#[cfg(feature = "runtime")]
-pub use error::ApiError;
 pub use error::Error;
 
 /// `Result` with this crate's [`Error`].

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, eventually};
 use copy_core::ConfigSync;
 use copy_core::runtime::CopyMetrics;
@@ -19,7 +20,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::runtime::{ConfigWatches, Runtime};
+use watch_index::runtime::ConfigWatches;
 use watch_index::selector::Selector;
 
 /// The label that shards objects between operators, as Flux does; each test has its own value.

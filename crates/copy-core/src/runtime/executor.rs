@@ -1,44 +1,14 @@
 //! The writes of copies, and the reads they need: server-side apply with field manager `conflux`
 //! and `force`, the cleanup merge patch, delete, and delete-and-create where a field is immutable.
-//! Every request is bounded in time; errors name the object and the action, never data.
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::Duration;
+//! Every request is bounded in time (by the runtime's client); errors name the object and the
+//! action, never data.
 
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use watch_index::runtime::events::bounded;
 
 use crate::ownership::FIELD_MANAGER;
 use crate::{ConfigObject, Result, SourceKind};
-
-/// Per-object exponential backoff for failed reconciles (1 s doubling up to 5 min), reset on
-/// success.
-#[derive(Debug, Default)]
-pub struct Backoff {
-    failures: Mutex<HashMap<String, u32>>,
-}
-
-impl Backoff {
-    /// The delay before retrying `key` after one more failure.
-    pub fn next(&self, key: String) -> Duration {
-        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        let n = failures.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        let secs = 1u64 << (*n - 1).min(9);
-        Duration::from_secs(secs.min(300))
-    }
-
-    /// Forgets the failures of `key`.
-    pub fn reset(&self, key: &str) {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
-    }
-}
 
 /// Reads a ConfigMap or Secret with its data; `None` when it does not exist.
 pub async fn get_object(
@@ -51,14 +21,16 @@ pub async fn get_object(
     Ok(match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(ConfigObject::from)
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.get_opt(name))
-                .await?
+            api.get_opt(name)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .map(ConfigObject::from)
         }
     })
@@ -74,8 +46,9 @@ pub async fn list_objects(
     Ok(match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::all(client.clone());
-            bounded(action, api.list(params))
-                .await?
+            api.list(params)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .items
                 .into_iter()
                 .map(ConfigObject::from)
@@ -83,8 +56,9 @@ pub async fn list_objects(
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::all(client.clone());
-            bounded(action, api.list(params))
-                .await?
+            api.list(params)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .items
                 .into_iter()
                 .map(ConfigObject::from)
@@ -110,14 +84,16 @@ pub async fn apply_returning_meta(
     Ok(match object {
         ConfigObject::ConfigMap(cm) => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(cm)))
-                .await?
+            api.patch(name, &params, &Patch::Apply(cm))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .metadata
         }
         ConfigObject::Secret(s) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Apply(s)))
-                .await?
+            api.patch(name, &params, &Patch::Apply(s))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
                 .metadata
         }
     })
@@ -139,11 +115,15 @@ pub async fn merge_patch(
     match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+            api.patch(name, &params, &Patch::Merge(patch))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.patch(name, &params, &Patch::Merge(patch))).await?;
+            api.patch(name, &params, &Patch::Merge(patch))
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
     }
     Ok(())
@@ -183,15 +163,21 @@ async fn delete_with(
     let result = match kind {
         SourceKind::ConfigMap => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
+            api.delete(name, &dp)
+                .await
+                .map_err(conflux_runtime::Error::api(action))
+                .map(drop)
         }
         SourceKind::Secret => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.delete(name, &dp)).await.map(drop)
+            api.delete(name, &dp)
+                .await
+                .map_err(conflux_runtime::Error::api(action))
+                .map(drop)
         }
     };
     match result {
-        Err(watch_index::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
+        Err(conflux_runtime::Error::Api { source, .. }) if source.is_not_found() => Ok(()),
         other => Ok(other?),
     }
 }
@@ -209,11 +195,15 @@ pub async fn recreate(client: &Client, object: &ConfigObject) -> Result<()> {
     match object {
         ConfigObject::ConfigMap(cm) => {
             let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
-            bounded(action, api.create(&params, cm)).await?;
+            api.create(&params, cm)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
         ConfigObject::Secret(s) => {
             let api = Api::<Secret>::namespaced(client.clone(), namespace);
-            bounded(action, api.create(&params, s)).await?;
+            api.create(&params, s)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?;
         }
     }
     Ok(())
@@ -228,26 +218,5 @@ pub fn object_reference(kind: SourceKind, meta: &kube::api::ObjectMeta) -> Objec
         name: meta.name.clone(),
         uid: meta.uid.clone(),
         ..ObjectReference::default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_per_object_up_to_five_minutes_and_resets_on_success() {
-        let backoff = Backoff::default();
-        let delays: Vec<u64> = (0..12)
-            .map(|_| backoff.next("ConfigMap/a/b".to_owned()).as_secs())
-            .collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
-        assert_eq!(
-            backoff.next("Secret/a/b".to_owned()).as_secs(),
-            1,
-            "per object"
-        );
-        backoff.reset("ConfigMap/a/b");
-        assert_eq!(backoff.next("ConfigMap/a/b".to_owned()).as_secs(), 1);
     }
 }

@@ -1,10 +1,12 @@
 //! The copy and fan-out controllers, to embed (feature `runtime`): the async kube glue around the
-//! pure modules, on watch-index's shared watches (docs/design.md section 4).
+//! pure modules, on conflux-runtime's shared watches (docs/design.md section 4).
 //!
 //! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`).
 //! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).
 //! - [`executor`]: the reads and writes of copies, each bounded in time.
 //! - [`protect`]: the admission webhook that protects sources, and the labeller that marks them.
+//! - [`protect_policy`]: the same protection as a ValidatingAdmissionPolicy the API server
+//!   enforces (`--protect-mode=admission-policy`).
 //!
 //! Both controllers take the process's [`ConfigWatches`](watch_index::runtime::ConfigWatches):
 //! no watch of their own on ConfigMaps or Secrets.
@@ -12,6 +14,7 @@
 pub mod copy;
 pub mod executor;
 pub mod protect;
+pub mod protect_policy;
 pub mod sync;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -50,4 +53,38 @@ impl CopyMetrics {
 /// `--concurrent` as a kube controller's limit.
 fn concurrency(concurrent: usize) -> u16 {
     u16::try_from(concurrent.max(1)).unwrap_or(u16::MAX)
+}
+
+/// The requeue of an object whose reconcile failed: the resync interval when retrying cannot
+/// help (`wait`: its next change is seen by the watch; the resync only guards against a missed
+/// event), else the object's next backoff delay. Logged at debug, `controller` first.
+fn requeue_after_error(
+    backoff: &conflux_runtime::backoff::KeyedBackoff<String>,
+    key: String,
+    err: &crate::Error,
+    wait: bool,
+    controller: &str,
+) -> kube::runtime::controller::Action {
+    use kube::runtime::controller::Action;
+    if wait {
+        tracing::debug!(object = %key, reason = err.reason(), "{controller}: waiting for a change");
+        return Action::requeue(copy::RESYNC_INTERVAL);
+    }
+    let delay = backoff.next(key.clone());
+    tracing::debug!(object = %key, reason = err.reason(), retry_in_seconds = delay.as_secs_f64(), "{controller}: retrying with backoff");
+    Action::requeue(delay)
+}
+
+/// [`requeue_after_error`] for a ConfigMap or Secret of `kind` (keyed `Kind/namespace/name`).
+fn requeue_object<K: kube::ResourceExt>(
+    backoff: &conflux_runtime::backoff::KeyedBackoff<String>,
+    kind: crate::SourceKind,
+    obj: &K,
+    err: &crate::Error,
+    wait: bool,
+    controller: &str,
+) -> kube::runtime::controller::Action {
+    let namespace = obj.namespace().unwrap_or_default();
+    let key = format!("{kind}/{namespace}/{}", obj.name_any());
+    requeue_after_error(backoff, key, err, wait, controller)
 }

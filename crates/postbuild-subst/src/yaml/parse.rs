@@ -7,8 +7,8 @@
 
 mod decode;
 mod parser;
-mod resolve;
 mod scanner;
+mod tags;
 
 use std::collections::BTreeMap;
 

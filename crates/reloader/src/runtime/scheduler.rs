@@ -197,4 +197,70 @@ mod tests {
         assert_eq!(due.len(), 1, "only `web` is due at t0");
         assert_eq!(next, Some(t0 + Duration::from_secs(2)));
     }
+
+    #[test]
+    fn a_burst_of_config_changes_in_the_window_is_evaluated_once_with_every_cause() {
+        let mut schedule = Schedule::default();
+        let web = ObjectRef::new("apps", "Deployment", "ns", "web");
+        let window = Duration::from_secs(2);
+        let t0 = Instant::now();
+        // Ten changes of two configs within the window, each asking for now + window.
+        for i in 0..10u64 {
+            let at = t0 + Duration::from_millis(150 * i);
+            let config = if i % 2 == 0 { "a" } else { "b" };
+            schedule.schedule(
+                web.clone(),
+                at + window,
+                Some((ConfigKind::ConfigMap, config.into())),
+            );
+        }
+        assert_eq!(schedule.len(), 1, "coalesced into one entry");
+        let (due, next) = schedule.take_due(t0 + window - Duration::from_millis(1));
+        assert!(due.is_empty(), "nothing before the window has passed");
+        assert_eq!(next, Some(t0 + window), "the first change decides the time");
+        let (due, next) = schedule.take_due(t0 + window);
+        assert_eq!(due.len(), 1, "evaluated once");
+        let (object, pending) = &due[0];
+        assert_eq!(object, &web);
+        assert!(pending.window_passed);
+        let causes: Vec<&str> = pending.causes.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(causes, ["a", "b"]);
+        assert_eq!(next, None);
+    }
+
+    #[test]
+    fn a_stream_of_changes_cannot_postpone_an_evaluation_and_a_retry_keeps_its_causes() {
+        let mut schedule = Schedule::default();
+        let web = ObjectRef::new("apps", "Deployment", "ns", "web");
+        let t0 = Instant::now();
+        let window = Duration::from_secs(2);
+        schedule.schedule(
+            web.clone(),
+            t0 + window,
+            Some((ConfigKind::Secret, "s".into())),
+        );
+        // Changes keep coming every second, for a minute.
+        for i in 1..60u64 {
+            let at = t0 + Duration::from_secs(i);
+            schedule.schedule(
+                web.clone(),
+                at + window,
+                Some((ConfigKind::Secret, "s".into())),
+            );
+        }
+        let (due, _) = schedule.take_due(t0 + window);
+        assert_eq!(
+            due.len(),
+            1,
+            "due at the first change's window, not postponed"
+        );
+        // A throttled (or failed) evaluation comes back later with its causes.
+        let (object, pending) = due.into_iter().next().expect("one");
+        schedule.reschedule(object.clone(), t0 + window * 3, &pending.causes);
+        let (due, next) = schedule.take_due(t0 + window * 2);
+        assert!(due.is_empty());
+        assert_eq!(next, Some(t0 + window * 3));
+        let (due, _) = schedule.take_due(t0 + window * 3);
+        assert_eq!(due[0].1.causes, pending.causes);
+    }
 }

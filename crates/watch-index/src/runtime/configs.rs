@@ -11,8 +11,8 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use super::{Health, Informer, Runtime};
 use crate::refs::ConfigKind;
+use conflux_runtime::{Health, Informer, Runtime};
 
 /// ConfigMap or Secret, as a type.
 pub trait ConfigResource:
@@ -63,6 +63,20 @@ impl ConfigWatches {
         ConfigWatches {
             config_maps: start_kind::<ConfigMap>(runtime, namespace, &health),
             secrets: start_kind::<Secret>(runtime, namespace, &health),
+            namespace: namespace.map(str::to_owned),
+        }
+    }
+
+    /// The shared watches made of two informers started elsewhere (on a runtime, or fed by
+    /// streams in tests), watching `namespace` or all namespaces.
+    pub fn from_informers(
+        config_maps: Informer<PartialObjectMeta<ConfigMap>>,
+        secrets: Informer<PartialObjectMeta<Secret>>,
+        namespace: Option<&str>,
+    ) -> Self {
+        ConfigWatches {
+            config_maps,
+            secrets,
             namespace: namespace.map(str::to_owned),
         }
     }

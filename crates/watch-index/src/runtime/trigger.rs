@@ -18,7 +18,8 @@
 //! # use kube::runtime::controller::{Action, Controller};
 //! # use watch_index::refs::{ConfigKind, ReferenceSet};
 //! # use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
-//! # use watch_index::runtime::{ConfigWatches, Runtime};
+//! # use conflux_runtime::Runtime;
+//! # use watch_index::runtime::ConfigWatches;
 //! # use watch_index::trigger::{Mode, Trigger};
 //! # async fn doc(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! # type Widget = k8s_openapi::api::core::v1::ConfigMap;
@@ -28,7 +29,7 @@
 //! let mut refs = ReferenceSet::new();
 //! refs.register_path("", "ConfigMap", ConfigKind::Secret, "data.secretName")?;
 //! let index = ReferrerIndex::new(refs);
-//! index.feed(&widgets, "v1", "ConfigMap");
+//! rt.spawn(index.feed(&widgets, "v1", "ConfigMap"));
 //! let trigger = Trigger::from_flag("reconcile.fluxcd.io/watch=Enabled", Mode::Upstream)?;
 //! let fired = ConfigTrigger::new(trigger, index, client).stream(&configs);
 //! let requests = fired.flat_map(|f| futures::stream::iter(f.requests::<Widget>("", "ConfigMap")));
@@ -40,6 +41,7 @@
 //! ```
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::Duration;
@@ -57,12 +59,15 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
+use conflux_runtime::client::object_id;
+use conflux_runtime::events::{Problems, recorder};
+use conflux_runtime::{Change, Informer, Runtime, Tasks, Watched};
+
 use super::configs::{ConfigResource, ConfigWatches};
-use super::events::{Problems, bounded};
-use super::informer::{Change, Informer, Watched};
 use crate::index::{DependencyOrder, ReverseIndex};
 use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet, flux_reference_problems};
 use crate::trigger::{self, Decision, Event as ConfigEvent, Mode, Observed, Trigger, Why};
+use conflux_runtime::sync::{lock, read, write};
 
 /// Labels of a ConfigMap/Secret event seen by the trigger.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -138,7 +143,7 @@ fn report_malformed(
     );
     let recorder = reporter.recorder.clone();
     let tracker = reporter.problems.clone();
-    tokio::spawn(async move {
+    reporter.tasks.spawn(async move {
         tracker
             .report(
                 &recorder,
@@ -175,6 +180,8 @@ struct IndexInner {
 struct Reporter {
     recorder: kube::runtime::events::Recorder,
     problems: Arc<Problems>,
+    /// Where the reports run (the runtime's tasks: they end with it).
+    tasks: Tasks,
 }
 
 impl std::fmt::Debug for Reporter {
@@ -195,11 +202,17 @@ impl ReferrerIndex {
     }
 
     /// Same, also reporting Flux objects whose `substituteFrom`/`valuesFrom` lists are malformed
-    /// (a Warning Event `InvalidReference` on the object and one log line, once per problem).
-    pub fn with_events(refs: ReferenceSet, metrics: Arc<TriggerMetrics>, client: &Client) -> Self {
+    /// (a Warning Event `InvalidReference` on the object and one log line, once per problem),
+    /// with `runtime`'s client and on its tasks.
+    pub fn with_events(
+        refs: ReferenceSet,
+        metrics: Arc<TriggerMetrics>,
+        runtime: &Runtime,
+    ) -> Self {
         let reporter = Reporter {
-            recorder: super::events::recorder(client, "conflux"),
+            recorder: recorder(&runtime.client(), "conflux"),
             problems: Arc::new(Problems::default()),
+            tasks: runtime.tasks().clone(),
         };
         Self::build(refs, metrics, Some(reporter))
     }
@@ -217,18 +230,21 @@ impl ReferrerIndex {
     }
 
     /// Keeps the index in step with the objects of `informer` (of `api_version`/`kind`, which list
-    /// items lack), on a task of its own.
-    pub fn feed<K>(&self, informer: &Informer<K>, api_version: &str, kind: &str)
+    /// items lack) while the returned future runs: spawn it on the runtime
+    /// ([`Runtime::spawn`]), so it ends with it.
+    #[must_use = "the index is fed only while the returned future runs"]
+    pub fn feed<K>(
+        &self,
+        informer: &Informer<K>,
+        api_version: &str,
+        kind: &str,
+    ) -> impl Future<Output = ()> + Send + 'static
     where
         K: Watched + Serialize,
         K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
     {
         let flag = Arc::new(AtomicBool::new(false));
-        self.inner
-            .feeds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(flag.clone());
+        lock(&self.inner.feeds).push(flag.clone());
         let mut sub = informer.subscribe(&format!("index {kind}"));
         let this = self.clone();
         let (api_version, kind) = (api_version.to_owned(), kind.to_owned());
@@ -236,7 +252,7 @@ impl ReferrerIndex {
             .rsplit_once('/')
             .map(|(g, _)| g.to_owned())
             .unwrap_or_default();
-        tokio::spawn(async move {
+        async move {
             while let Some(change) = sub.recv().await {
                 match change {
                     Change::Initial(obj) | Change::Applied(obj) => {
@@ -253,13 +269,14 @@ impl ReferrerIndex {
                         this.update_gauges();
                     }
                     Change::InitDone => flag.store(true, Ordering::Release),
+                    _ => {}
                 }
             }
-        });
+        }
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, ReverseIndex> {
-        self.inner.index.write().unwrap_or_else(|p| p.into_inner())
+        write(&self.inner.index)
     }
 
     /// Puts one referrer into the index (or removes it when it references nothing any more).
@@ -318,15 +335,12 @@ impl ReferrerIndex {
 
     /// Reads the index.
     pub fn read(&self) -> RwLockReadGuard<'_, ReverseIndex> {
-        self.inner.index.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.inner.index)
     }
 
     /// Whether every feed has listed its kind once.
     pub fn is_synced(&self) -> bool {
-        self.inner
-            .feeds
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.inner.feeds)
             .iter()
             .all(|f| f.load(Ordering::Acquire))
     }
@@ -435,24 +449,34 @@ impl ConfigTrigger {
 
     /// Subscribes to both kinds of `configs` and yields every change that fires. Changes are
     /// decided once the referrer index has listed (they wait in the subscription until then).
+    ///
+    /// The stream does the work itself, while it is polled: it starts no task, and dropping it
+    /// stops everything.
     pub fn stream(self, configs: &ConfigWatches) -> impl Stream<Item = Fired> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
         let this = Arc::new(self);
-        spawn_kind::<ConfigMap>(this.clone(), configs, tx.clone());
-        spawn_kind::<Secret>(this, configs, tx);
-        futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|f| (f, rx)) })
+        let kinds = futures::future::join(
+            watch_kind::<ConfigMap>(this.clone(), configs, tx.clone()),
+            watch_kind::<Secret>(this, configs, tx),
+        );
+        let fired = futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|f| (Some(f), rx))
+        });
+        // The kinds' loops end only with the informers; then nothing more fires.
+        let kinds = futures::stream::once(kinds).map(|_| None);
+        futures::stream::select(fired, kinds).filter_map(std::future::ready)
     }
 }
 
-fn spawn_kind<K: ConfigResource>(
+fn watch_kind<K: ConfigResource>(
     trigger: Arc<ConfigTrigger>,
     configs: &ConfigWatches,
     tx: mpsc::UnboundedSender<Fired>,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let sub = configs
         .informer::<K>()
         .subscribe(&format!("trigger {}", K::KIND));
-    tokio::spawn(async move {
+    async move {
         trigger.index.wait_synced().await;
         let mut state = KindState {
             trigger: &trigger,
@@ -465,7 +489,7 @@ fn spawn_kind<K: ConfigResource>(
         while let Some(change) = sub.recv().await {
             state.on_change::<K>(change).await;
         }
-    });
+    }
 }
 
 /// What is remembered of one ConfigMap/Secret between events: enough to tell create from update
@@ -491,7 +515,7 @@ impl KindState<'_> {
     async fn on_change<K: ConfigResource>(&mut self, change: Change<PartialObjectMeta<K>>) {
         match change {
             Change::Initial(meta) => {
-                let id = super::object_id(&meta.metadata);
+                let id = object_id(&meta.metadata);
                 let rv = meta.metadata.resource_version.clone().unwrap_or_default();
                 self.known.insert(
                     id,
@@ -510,7 +534,7 @@ impl KindState<'_> {
             }
             Change::Applied(meta) => self.on_apply(&meta.metadata).await,
             Change::Deleted(meta) => {
-                let id = super::object_id(&meta.metadata);
+                let id = object_id(&meta.metadata);
                 let last = self.known.remove(&id);
                 let rv = last.map(|s| s.resource_version).unwrap_or_default();
                 let decision = self.trigger.trigger.decide(
@@ -519,12 +543,13 @@ impl KindState<'_> {
                 );
                 self.fire(&id, ConfigChange::Deleted, decision);
             }
+            _ => {}
         }
     }
 
     async fn on_apply(&mut self, meta: &kube::api::ObjectMeta) {
         let trigger = self.trigger;
-        let id = super::object_id(meta);
+        let id = object_id(meta);
         let matched = trigger.trigger.selector().matches(&meta.labels);
         let new_rv = meta.resource_version.clone().unwrap_or_default();
         let previous = self.known.get(&id).cloned();
@@ -655,26 +680,37 @@ pub(crate) async fn fetch_data_hash(
     match kind {
         ConfigKind::ConfigMap => {
             let api: Api<ConfigMap> = Api::namespaced(client.clone(), &id.0);
-            Ok(bounded(action, api.get_opt(&id.1)).await?.map(|cm| {
-                let text = cm.data.unwrap_or_default();
-                let binary = cm.binary_data.unwrap_or_default();
-                trigger::data_hash(
-                    "",
-                    text.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-                    binary.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
-                )
-            }))
+            Ok(api
+                .get_opt(&id.1)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
+                .map(|cm| {
+                    let text = cm.data.unwrap_or_default();
+                    let binary = cm.binary_data.unwrap_or_default();
+                    trigger::data_hash(
+                        "",
+                        text.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+                        binary.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+                    )
+                }))
         }
         ConfigKind::Secret => {
             let api: Api<Secret> = Api::namespaced(client.clone(), &id.0);
-            Ok(bounded(action, api.get_opt(&id.1)).await?.map(|secret| {
-                let data = secret.data.unwrap_or_default();
-                trigger::data_hash(
-                    secret.type_.as_deref().unwrap_or("Opaque"),
-                    data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
-                    std::iter::empty(),
-                )
-            }))
+            Ok(api
+                .get_opt(&id.1)
+                .await
+                .map_err(conflux_runtime::Error::api(action))?
+                .map(|secret| {
+                    let data = secret.data.unwrap_or_default();
+                    trigger::data_hash(
+                        secret.type_.as_deref().unwrap_or("Opaque"),
+                        data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+                        std::iter::empty(),
+                    )
+                }))
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

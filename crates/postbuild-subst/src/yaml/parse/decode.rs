@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::parser::{EventKind, Parser};
-use super::resolve::{self, BINARY_TAG, MERGE_TAG};
+use super::tags::{self, BINARY_TAG, MERGE_TAG};
 use crate::yaml::gofmt::{format_g, go_quote};
 use crate::yaml::resolve::Resolved;
 
@@ -390,9 +390,9 @@ fn scalar(value: &str, tag: &str, implicit: bool) -> Result<GoVal, crate::Error>
     if tag.is_empty() && !implicit {
         return Ok(GoVal::Str(value.as_bytes().to_vec()));
     }
-    let (rtag, resolved) = resolve::resolve(tag, value).map_err(yaml_err)?;
+    let (rtag, resolved) = tags::resolve(tag, value).map_err(yaml_err)?;
     if rtag == BINARY_TAG {
-        return match resolve::decode_base64(value) {
+        return match tags::decode_base64(value) {
             Some(bytes) => Ok(GoVal::Str(bytes)),
             None => Err(yaml_err(
                 "yaml: !!binary value contains invalid base64 data",

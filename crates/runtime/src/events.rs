@@ -1,37 +1,12 @@
-//! Kubernetes Events, and API calls bounded in time.
-//!
-//! kube's client has no response timeout by default (watches need none), so a request on a
-//! connection that silently died would wait forever and wedge the reconcile holding it. Every
-//! request a controller makes goes through [`bounded`].
-
-use std::future::Future;
-use std::time::Duration;
+//! Kubernetes Events, and the problems of objects reported once.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use tracing::debug;
 
-use crate::Error;
-
-/// How long one API request may take before it counts as failed (and is retried by its caller).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Runs one API request, failing with [`Error::Timeout`] after [`REQUEST_TIMEOUT`] and with
-/// [`Error::Api`] on an API error; `action` names what was done (never data).
-pub async fn bounded<T>(
-    action: impl Into<String>,
-    request: impl Future<Output = Result<T, kube::Error>>,
-) -> crate::Result<T> {
-    let action = action.into();
-    match tokio::time::timeout(REQUEST_TIMEOUT, request).await {
-        Ok(result) => result.map_err(Error::api(action)),
-        Err(_) => Err(Error::Timeout {
-            action,
-            seconds: REQUEST_TIMEOUT.as_secs(),
-        }),
-    }
-}
+use crate::client::REQUEST_TIMEOUT;
+use crate::sync::lock;
 
 /// The Event recorder of controller `controller` (instance: `$POD_NAME` when set).
 pub fn recorder(client: &Client, controller: &str) -> Recorder {
@@ -99,7 +74,7 @@ impl Problems {
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (reason, message).hash(&mut hasher);
         let fingerprint = hasher.finish();
-        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        let mut current = lock(&self.current);
         if current.len() >= OBJECTS_WITH_PROBLEMS && !current.contains_key(key) {
             current.clear();
         }
@@ -116,11 +91,7 @@ impl Problems {
 
     /// Forgets the problems of `key` (it is served again); `true` when it had any.
     pub fn resolve(&self, key: &str) -> bool {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(key)
-            .is_some()
+        lock(&self.current).remove(key).is_some()
     }
 
     /// Reports a problem of the object `key` (referred to by `reference`): the first time, a

@@ -20,6 +20,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
+use std::future::Future;
 use std::hash::Hash;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -28,7 +29,6 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{Stream, StreamExt};
-use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
@@ -37,8 +37,9 @@ use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
-use super::health::{Health, Probe};
-use super::metrics::{ResourceLabels, WatchMetrics};
+use crate::health::{Health, Probe};
+use crate::metrics::{ResourceLabels, WatchMetrics};
+use crate::sync::lock;
 
 /// How long after the last watch error the kind counts as failing when no event proved it
 /// healthy since. kube's watcher retries at least every 30 s while it fails, so a quiet 40 s
@@ -93,7 +94,6 @@ where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     shared: Arc<Shared<K>>,
-    task: tokio::task::AbortHandle,
 }
 
 impl<K: Watched> Clone for Informer<K>
@@ -103,7 +103,6 @@ where
     fn clone(&self) -> Self {
         Informer {
             shared: self.shared.clone(),
-            task: self.task.clone(),
         }
     }
 }
@@ -167,58 +166,22 @@ struct Status {
 
 impl<K: Watched> Informer<K>
 where
-    K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
-{
-    /// Starts watching `api` (a kind with a static type). See [`Informer::spawn_with`].
-    pub fn spawn(
-        api: Api<K>,
-        config: watcher::Config,
-        resource: &str,
-        metrics: Arc<WatchMetrics>,
-        health: &Health,
-        stall_after: Duration,
-    ) -> Self {
-        Self::spawn_with(
-            api,
-            config,
-            K::DynamicType::default(),
-            resource,
-            metrics,
-            health,
-            stall_after,
-        )
-    }
-}
-
-impl<K: Watched> Informer<K>
-where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    /// Starts watching `api` on the current tokio runtime, and registers a readiness/liveness
-    /// check named `resource` under `health`. `managedFields` and kubectl's last-applied annotation
-    /// are dropped from every object (no controller reads them, and they are often the larger
-    /// part of the metadata).
-    pub fn spawn_with(
-        api: Api<K>,
-        config: watcher::Config,
-        dyntype: K::DynamicType,
-        resource: &str,
-        metrics: Arc<WatchMetrics>,
-        health: &Health,
-        stall_after: Duration,
-    ) -> Self {
-        let stream = watcher::watcher(api, config);
-        Self::launch(stream, dyntype, resource, metrics, health, stall_after)
-    }
-
-    fn launch(
+    /// A shared watch fed by `stream` (a kube `watcher`, or any stream of its events), and the
+    /// future that drives it: run that on a task ([`Runtime::informer`](crate::Runtime::informer)
+    /// does it on the runtime's tasks). Registers a readiness/liveness check named `resource`
+    /// under `health`. Errors are retried with kube's default backoff. `managedFields` and
+    /// kubectl's last-applied annotation are dropped from every object (no controller reads
+    /// them, and they are often the larger part of the metadata).
+    pub fn new(
         stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
         dyntype: K::DynamicType,
         resource: &str,
         metrics: Arc<WatchMetrics>,
         health: &Health,
         stall_after: Duration,
-    ) -> Self {
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let writer = Writer::new(dyntype.clone());
         let shared = Arc::new(Shared {
             resource: resource.to_owned(),
@@ -246,13 +209,8 @@ where
                 annotations.remove(LAST_APPLIED_ANNOTATION);
             }
         });
-        let task = tokio::spawn(run(shared.clone(), stream, writer, dyntype)).abort_handle();
-        Informer { shared, task }
-    }
-
-    /// The task running the watch (abort it to stop the watch).
-    pub fn task(&self) -> &tokio::task::AbortHandle {
-        &self.task
+        let driver = run(shared.clone(), stream, writer, dyntype);
+        (Informer { shared }, driver)
     }
 
     /// The store of every object of the kind (shared; never mutate through it).
@@ -325,11 +283,11 @@ where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     fn lock_subscribers(&self) -> MutexGuard<'_, Subscribers<K>> {
-        self.subscribers.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.subscribers)
     }
 
     fn lock_status(&self) -> MutexGuard<'_, Status> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.status)
     }
 
     fn now_ms(&self) -> u64 {
@@ -685,3 +643,6 @@ fn not_served(err: &watcher::Error) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests;

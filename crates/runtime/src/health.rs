@@ -1,11 +1,12 @@
-//! Readiness and liveness as a tree of named parts, served by the binary's `/readyz` and
-//! `/healthz`.
+//! Readiness and liveness as a tree of named parts, served on `/readyz` and `/healthz` by
+//! [`crate::admin`].
 //!
 //! A part is ready when its flag is set (a leaf) or when every child and check below it is ready
 //! (an inner node), so readiness waits for the slowest initial list. Checks are evaluated when
 //! asked: an informer reports "not synced" while its watch is failing, and "stalled" (not live)
 //! when a subscriber has left events unread longer than the stall bound.
 
+use crate::sync::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -89,27 +90,18 @@ impl Health {
     /// A new child that must be ready before this node is.
     pub fn part(&self, name: impl Into<String>) -> Arc<Health> {
         let part = Arc::new(Health::new(name));
-        self.parts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(part.clone());
+        lock(&self.parts).push(part.clone());
         part
     }
 
     /// Attaches `part` as a child (for a node made elsewhere, such as a leadership term's).
     pub fn attach(&self, part: Arc<Health>) {
-        self.parts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(part);
+        lock(&self.parts).push(part);
     }
 
     /// Removes the child `part` (the same node, not one of the same name).
     pub fn detach(&self, part: &Arc<Health>) {
-        self.parts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|p| !Arc::ptr_eq(p, part));
+        lock(&self.parts).retain(|p| !Arc::ptr_eq(p, part));
     }
 
     /// Adds a check evaluated at every probe.
@@ -118,10 +110,7 @@ impl Health {
         name: impl Into<String>,
         check: impl Fn() -> Probe + Send + Sync + 'static,
     ) {
-        self.checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((name.into(), Arc::new(check)));
+        lock(&self.checks).push((name.into(), Arc::new(check)));
     }
 
     /// Whether this node and everything below it is ready.
@@ -142,12 +131,8 @@ impl Health {
     }
 
     fn collect(&self, path: &str, readiness: bool, out: &mut Vec<String>) {
-        let parts = self.parts.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let checks = self
-            .checks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let parts = lock(&self.parts).clone();
+        let checks = lock(&self.checks).clone();
         if readiness && parts.is_empty() && checks.is_empty() && !self.ready.load(Ordering::Relaxed)
         {
             out.push(format!("{path}: not ready"));

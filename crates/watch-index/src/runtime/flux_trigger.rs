@@ -25,14 +25,17 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
-use super::events::{bounded, publish, recorder};
 use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
-use super::{Change, ConfigWatches, Health, Informer, Probe, Runtime, StartupBackoff, sharded};
+use super::{ConfigWatches, sharded};
 use crate::refs::{
     ConfigKey, HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet,
 };
 use crate::selector::Selector;
 use crate::trigger::{Mode, Trigger};
+use conflux_runtime::backoff::Policy;
+use conflux_runtime::events::{publish, recorder};
+use conflux_runtime::sync::{lock, read, write};
+use conflux_runtime::{Change, Health, Informer, Probe, Runtime, Subscription, Tasks};
 
 /// The annotation Flux controllers watch for on-demand reconciliation.
 pub const REQUESTED_AT_ANNOTATION: &str = "reconcile.fluxcd.io/requestedAt";
@@ -101,6 +104,8 @@ impl FluxMetrics {
 
 struct Executor {
     client: kube::Client,
+    /// The tasks of the runtime (the leadership term) this controller runs on.
+    tasks: Tasks,
     config: FluxTriggerConfig,
     metrics: Arc<FluxMetrics>,
     recorder: Recorder,
@@ -128,10 +133,11 @@ pub async fn run(
 ) {
     let health = runtime.health().part("flux-trigger");
     let client = runtime.client();
-    let index = ReferrerIndex::with_events(ReferenceSet::flux(), metrics.trigger.clone(), &client);
+    let index = ReferrerIndex::with_events(ReferenceSet::flux(), metrics.trigger.clone(), &runtime);
     let exec = Arc::new(Executor {
         recorder: recorder(&client, "conflux"),
         client: client.clone(),
+        tasks: runtime.tasks().clone(),
         config,
         metrics,
         resources: RwLock::new(HashMap::new()),
@@ -158,9 +164,9 @@ pub async fn run(
     }
 
     // Discovery: retried until it answers; a transient error at start-up is not fatal.
-    let mut backoff = StartupBackoff::default();
+    let mut backoff = Policy::STARTUP.backoff();
     let mut found = loop {
-        super::wait_apiserver_ready(&client, "flux-trigger").await;
+        conflux_runtime::client::wait_apiserver_ready(&client, "flux-trigger").await;
         match discover(&runtime, &exec, &health, &HashSet::new()).await {
             Ok(found) => break found,
             Err(err) => {
@@ -173,11 +179,11 @@ pub async fn run(
 
     // Look again, now and then, for Flux kinds whose CRDs were not installed at start.
     {
-        let (runtime, exec, health) = (runtime.clone(), exec.clone(), health.clone());
-        tokio::spawn(async move {
+        let (rt, exec, health) = (runtime.clone(), exec.clone(), health.clone());
+        runtime.spawn(async move {
             while found.len() < FLUX_KINDS.len() {
                 tokio::time::sleep(REDISCOVERY_INTERVAL).await;
-                match discover(&runtime, &exec, &health, &found).await {
+                match discover(&rt, &exec, &health, &found).await {
                     Ok(more) => found.extend(more),
                     Err(err) => {
                         warn!(reason = err.reason(), error = %err, "flux-trigger: discovery failed; will retry")
@@ -213,11 +219,13 @@ async fn discover(
     already: &HashSet<(String, String)>,
 ) -> crate::Result<HashSet<(String, String)>> {
     let groups: Vec<&str> = FLUX_KINDS.iter().map(|(g, _)| *g).collect();
-    let discovery = bounded(
-        "API discovery of the Flux kinds",
-        Discovery::new(exec.client.clone()).filter(&groups).run(),
-    )
-    .await?;
+    let discovery = Discovery::new(exec.client.clone())
+        .filter(&groups)
+        .run()
+        .await
+        .map_err(conflux_runtime::Error::api(
+            "API discovery of the Flux kinds",
+        ))?;
     let mut found = HashSet::new();
     for (group, kind) in FLUX_KINDS {
         let key = (group.to_owned(), kind.to_owned());
@@ -239,10 +247,7 @@ async fn discover(
             continue;
         };
         info!(group, kind, version = %ar.version, "flux-trigger: watching");
-        exec.resources
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), ar.clone());
+        write(&exec.resources).insert(key.clone(), ar.clone());
         let api: Api<DynamicObject> = match &exec.config.namespace {
             Some(ns) => Api::namespaced_with(exec.client.clone(), ns, &ar),
             None => Api::all_with(exec.client.clone(), &ar),
@@ -254,17 +259,17 @@ async fn discover(
             &ar.kind,
             health,
         );
-        exec.index.feed(&informer, &ar.api_version, &ar.kind);
+        runtime.spawn(exec.index.feed(&informer, &ar.api_version, &ar.kind));
         // Once everything is listed, ask for what changed while conflux was not watching.
         exec.catching_up
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        tokio::spawn(record_new_referrers(
+        runtime.spawn(record_new_referrers(
             exec.clone(),
             informer.subscribe(&format!("new {kind} baselines")),
             ar.clone(),
         ));
         let exec = exec.clone();
-        tokio::spawn(async move {
+        runtime.spawn(async move {
             informer.wait_synced().await;
             exec.index.wait_synced().await;
             exec.configs.wait_synced().await;
@@ -282,7 +287,7 @@ async fn discover(
 /// conflux is down would be taken for the first sight of such a referrer, and missed.
 async fn record_new_referrers(
     exec: Arc<Executor>,
-    mut sub: super::Subscription<DynamicObject>,
+    mut sub: Subscription<DynamicObject>,
     ar: ApiResource,
 ) {
     while let Some(change) = sub.recv().await {
@@ -364,7 +369,7 @@ impl Executor {
     /// the request is sent, so two paths (a change event and the start-up catch-up) never both
     /// send it.
     fn claim(&self, object: &ObjectRef, digest: &str) -> bool {
-        let mut observed = self.observed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut observed = lock(&self.observed);
         if observed.get(object).map(String::as_str) == Some(digest) {
             return false;
         }
@@ -461,16 +466,15 @@ impl Executor {
         }
         let (this, object, ar, digest) =
             (self.clone(), object.clone(), ar.clone(), digest.to_owned());
-        tokio::spawn(async move {
-            let mut delay = Duration::from_secs(1);
+        self.tasks.spawn(async move {
+            let mut backoff = Policy::BACKGROUND.backoff();
             loop {
-                tokio::time::sleep(delay).await;
+                backoff.wait().await;
                 if this.current_generation(&object) != generation
                     || this.try_record(&object, &ar, &digest, false).await
                 {
                     return;
                 }
-                delay = (delay * 2).min(Duration::from_secs(60));
             }
         });
     }
@@ -491,14 +495,13 @@ impl Executor {
             ..PatchParams::default()
         };
         let action = format!("recording observed configs on {object}");
-        match bounded(
-            action,
-            api.patch(&object.name, &params, &Patch::Merge(&patch)),
-        )
-        .await
+        match api
+            .patch(&object.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(conflux_runtime::Error::api(action))
         {
             Ok(_) => true,
-            Err(crate::Error::Api { source, .. }) if source.is_not_found() => true,
+            Err(err) if err.is_not_found() => true,
             Err(err) => {
                 if first {
                     warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot record the observed configs; retrying with backoff");
@@ -527,10 +530,10 @@ impl Executor {
         }
         let (this, object) = (self.clone(), object.clone());
         let (source, event) = (source.to_owned(), event.to_owned());
-        tokio::spawn(async move {
-            let mut delay = Duration::from_secs(1);
+        self.tasks.spawn(async move {
+            let mut backoff = Policy::BACKGROUND.backoff();
             loop {
-                tokio::time::sleep(delay).await;
+                backoff.wait().await;
                 if this.current_generation(&object) != generation {
                     return;
                 }
@@ -540,22 +543,19 @@ impl Executor {
                 {
                     return;
                 }
-                delay = (delay * 2).min(Duration::from_secs(60));
             }
         });
     }
 
     fn next_generation(&self, object: &ObjectRef) -> u64 {
-        let mut generations = self.generations.lock().unwrap_or_else(|p| p.into_inner());
+        let mut generations = lock(&self.generations);
         let n = generations.entry(object.clone()).or_insert(0);
         *n += 1;
         *n
     }
 
     fn current_generation(&self, object: &ObjectRef) -> u64 {
-        self.generations
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        lock(&self.generations)
             .get(object)
             .copied()
             .unwrap_or_default()
@@ -571,10 +571,7 @@ impl Executor {
         digest: &str,
         first: bool,
     ) -> bool {
-        let ar = self
-            .resources
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
+        let ar = read(&self.resources)
             .get(&(object.group.to_string(), object.kind.to_string()))
             .cloned();
         let Some(ar) = ar else {
@@ -590,11 +587,12 @@ impl Executor {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        let result = bounded(
-            format!("requesting reconciliation of {object}"),
-            api.patch(&object.name, &params, &Patch::Merge(&patch)),
-        )
-        .await;
+        let result = api
+            .patch(&object.name, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(conflux_runtime::Error::api(format!(
+                "requesting reconciliation of {object}"
+            )));
         let labels = RequestLabels {
             kind: object.kind.to_string(),
             result: if result.is_ok() { "success" } else { "error" }.to_owned(),
@@ -613,7 +611,7 @@ impl Executor {
                 "ConfigChanged",
                 format!("{source} was {event}d; requested reconciliation"),
             ),
-            Err(crate::Error::Api { source, .. }) if source.is_not_found() => {
+            Err(err) if err.is_not_found() => {
                 debug!(object = %object, "flux-trigger: referrer gone; nothing to request");
                 return true;
             }
@@ -649,3 +647,6 @@ impl Executor {
 fn rfc3339_nano_now() -> String {
     Utc::now().to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
+
+#[cfg(test)]
+mod tests;

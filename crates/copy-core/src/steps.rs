@@ -1,4 +1,4 @@
-//! The fan-out plan: from what should be (the source, the selected namespaces) and what is (the
+//! The fan-out plan, as steps: from what should be (the source, the selected namespaces) and what is (the
 //! objects found in the cluster), the writes that make them agree (docs/design.md 4.2).
 //!
 //! The plan depends on nothing but its inputs: ownership is read from labels on the observed

@@ -5,8 +5,9 @@
 //!
 //! - **Only the leader writes.** Each leadership term gets its own [`Client`] that shares the
 //!   process's connection pool but refuses every write (anything but GET) once the term has
-//!   ended. Tasks a controller spawned during the term and that outlive it (retries in the
-//!   background) therefore cannot write either: losing the lease stops writing at once.
+//!   ended. Tasks a controller spawned during the term are the term's ([`Runtime::spawn`]):
+//!   cancelled and awaited when it ends, and refused at the client meanwhile, so losing the
+//!   lease stops writing at once.
 //! - **Losing the lease is noticed in time.** The term ends when the lease manager says so, when
 //!   a renewal fails, when the Lease names another holder, or when the Lease could not be read
 //!   for the renew deadline (a leader cut off from the API server steps down before its lease can
@@ -19,24 +20,22 @@
 //! started outside the term) and stay ready.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Method, Request, Response};
+use http::Method;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
 use kube::api::Api;
-use kube::client::Body;
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::time::Instant;
 use tracing::{info, warn};
 
-use super::{Runtime, StartupBackoff};
+use crate::Runtime;
+use crate::backoff::Policy;
 
 /// Settings of the election, named after Flux's flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,8 +145,8 @@ impl LeaderMetrics {
 
 /// Runs the election until `shutdown` resolves. Each time the lease is acquired, `lead` is
 /// called with a [`Runtime`] whose client writes only during this term; the future it returns
-/// runs until the lease is lost, then it is dropped, and the term's watches stop with its
-/// runtime. On shutdown a leader stops writing and releases the lease, so another replica takes
+/// runs until the lease is lost, then it is dropped, and the term's tasks and watches are
+/// cancelled and awaited (at most a retry period). On shutdown a leader stops writing and releases the lease, so another replica takes
 /// over at once instead of after the lease duration.
 pub async fn run_elected<F, Fut>(
     runtime: Runtime,
@@ -179,14 +178,7 @@ pub async fn run_elected<F, Fut>(
         info!(lease = %config.name, identity = %config.identity, "leader election: acquired the lease; starting the controllers");
         metrics.master_status.set(1);
         let open = Arc::new(AtomicBool::new(true));
-        let term_client = Client::new(
-            TermGate {
-                client: base.clone(),
-                open: open.clone(),
-            },
-            base.default_namespace().to_owned(),
-        );
-        let term = runtime.term(term_client);
+        let term = runtime.term(term_client(base.clone(), open.clone()));
         let work = lead(term.clone());
         let (why, stopping) = tokio::select! {
             () = work => ("the controllers stopped", false),
@@ -196,7 +188,10 @@ pub async fn run_elected<F, Fut>(
         // Stop writing before anything else: background tasks of the term hold its client.
         open.store(false, Ordering::SeqCst);
         metrics.master_status.set(0);
-        term.end();
+        // The term's tasks (retries, catch-ups, its watches) end with it.
+        if !term.end(config.retry_period).await {
+            warn!(lease = %config.name, "leader election: some tasks of the ended term did not stop in time");
+        }
         if stopping {
             let released = tokio::time::timeout(config.retry_period, manager.release()).await;
             info!(lease = %config.name, released = matches!(released, Ok(Ok(()))), "leader election: stopped writing and released the lease");
@@ -207,7 +202,7 @@ pub async fn run_elected<F, Fut>(
 }
 
 async fn build_manager(client: &Client, config: &LeaderElectionConfig) -> LeaseManager {
-    let mut backoff = StartupBackoff::default();
+    let mut backoff = Policy::STARTUP.backoff();
     let mut logged = false;
     loop {
         let built = LeaseManagerBuilder::new(client.clone(), &config.name)
@@ -287,38 +282,22 @@ async fn lost(
     }
 }
 
-/// The API calls of one leadership term: every request goes to the process's client, writes only
-/// while the term lasts.
-#[derive(Clone)]
-struct TermGate {
-    client: Client,
-    open: Arc<AtomicBool>,
+/// The client of one leadership term: every request goes to the process's client, writes only
+/// while the term lasts (`open`).
+fn term_client(client: Client, open: Arc<AtomicBool>) -> Client {
+    crate::client::layered(client, move |client, request| {
+        // Watches and reads go on after the term (they are GETs); anything else is a write.
+        if request.method() != Method::GET && !open.load(Ordering::SeqCst) {
+            return Box::pin(async { Err(kube::Error::Service(Box::new(NotLeader))) });
+        }
+        Box::pin(async move { client.send(request).await })
+    })
 }
 
 /// A write refused because this replica no longer leads.
 #[derive(Debug, thiserror::Error)]
 #[error("not the leader any more: write refused")]
 struct NotLeader;
-
-impl tower_service::Service<Request<Body>> for TermGate {
-    type Response = Response<Body>;
-    type Error = kube::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // The process's client queues and drives its own connections.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        // Watches and reads go on after the term (they are GETs); anything else is a write.
-        if request.method() != Method::GET && !self.open.load(Ordering::SeqCst) {
-            return Box::pin(async { Err(kube::Error::Service(Box::new(NotLeader))) });
-        }
-        let client = self.client.clone();
-        Box::pin(async move { client.send(request).await })
-    }
-}
 
 #[cfg(test)]
 mod tests {

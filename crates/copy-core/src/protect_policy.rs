@@ -1,0 +1,491 @@
+//! The protect decision as a ValidatingAdmissionPolicy (`admissionregistration.k8s.io/v1`,
+//! Kubernetes 1.30 or later): the same rules as [`crate::protect::decide`], written in CEL and
+//! evaluated by the API server itself, so no webhook has to be served, reachable or certified.
+//!
+//! [`admission_policy`] builds the policy [`POLICY_NAME`] and [`admission_policy_bindings`] its
+//! two bindings (one per protecting label: a label selector cannot say "either label", exactly
+//! like the webhook's two entries). Both are plain JSON for a server-side apply.
+//!
+//! How the policy reproduces the decision:
+//! - `matchConstraints`: `v1` `configmaps` and `secrets`, `UPDATE` and `DELETE`, outside
+//!   [`Policy::excluded_namespaces`] (a `namespaceSelector` on `kubernetes.io/metadata.name`);
+//!   `failurePolicy: Fail`.
+//! - The bindings: `objectSelector` [`PROTECTED_LABEL`]` = "true"`, and [`ENABLED_LABEL`]` =
+//!   "true"`; `validationActions: [Deny]`. The API server matches an UPDATE when the old or the
+//!   new object carries the label; the CEL reads the protection from the **old** object only, as
+//!   the decision does.
+//! - `matchConditions`: the request is by neither `system:masters` nor
+//!   [`Policy::allow_users`] / [`Policy::allow_groups`] (the lists are literals in the policy,
+//!   which is applied again whenever they change), and the old object is protected.
+//! - One validation, `size(variables.refused) == 0`: DELETE is refused, an UPDATE is refused when
+//!   it changes `data`, `binaryData`, `type` (a Secret's empty type read as `Opaque`) or
+//!   `immutable` (absent read as `false`), sets `stringData`, or removes or changes
+//!   [`PROTECTED_LABEL`], [`ENABLED_LABEL`] or [`DEPENDENTS_ANNOTATION`]. Its `messageExpression`
+//!   builds the decision's message from the same parts: the object, who depends on it (read from
+//!   [`DEPENDENTS_ANNOTATION`]), what was refused and how to unprotect it. The differences, in
+//!   the message only (the verdict is the same): a dependents annotation longer than 2048
+//!   characters is cut at 2048 characters, where the webhook cuts at 2048 bytes; and the API
+//!   server replaces a message over 5 KiB or with a line break (possible only with a dependents
+//!   annotation not written by conflux) by the validation's fixed `message`, which names the
+//!   labels and the annotation to look at.
+//!
+//! ```
+//! use copy_core::protect::Policy;
+//! use copy_core::protect_policy::{admission_policy, admission_policy_bindings, POLICY_NAME};
+//!
+//! let policy = admission_policy(&Policy {
+//!     allow_users: vec!["system:serviceaccount:flux-system:kustomize-controller".to_owned()],
+//!     ..Policy::default()
+//! });
+//! assert_eq!(policy["metadata"]["name"], POLICY_NAME);
+//! assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+//! for binding in admission_policy_bindings() {
+//!     assert_eq!(binding["spec"]["policyName"], POLICY_NAME);
+//!     assert_eq!(binding["spec"]["validationActions"][0], "Deny");
+//! }
+//! ```
+
+use serde_json::{Value, json};
+
+use crate::protect::{
+    DEPENDENTS_ANNOTATION, ENABLED_LABEL, MASTERS_GROUP, MAX_QUOTED_DEPENDENTS, PROTECTED_LABEL,
+    Policy,
+};
+
+/// Name of the ValidatingAdmissionPolicy (the same name as the webhook mode's
+/// ValidatingWebhookConfiguration: one of the two exists at a time).
+pub const POLICY_NAME: &str = "conflux-protect";
+
+/// Name of the binding for sources conflux protects ([`PROTECTED_LABEL`]).
+pub const SOURCES_BINDING: &str = "conflux-protect-sources";
+
+/// Name of the binding for objects users opted in ([`ENABLED_LABEL`]).
+pub const LABELLED_BINDING: &str = "conflux-protect-labelled";
+
+/// `apiVersion` of the policy and its bindings.
+pub const API_VERSION: &str = "admissionregistration.k8s.io/v1";
+
+/// A CEL string literal for `text`: JSON's double-quoted form is valid CEL (CEL accepts the
+/// escapes JSON produces: `\"`, `\\`, `\n`, `\t`, `\uXXXX`, ...).
+fn lit(text: &str) -> String {
+    Value::String(text.to_owned()).to_string()
+}
+
+/// A CEL list literal of strings.
+fn list(items: &[String]) -> String {
+    let items: Vec<String> = items.iter().map(|i| lit(i)).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// The CEL of "the protection `key` of `section` (`labels` or `annotations`) was removed or
+/// changed": a one-element list with the refusal, or an empty list.
+fn protection_change(section: &str, what: &str, key: &str) -> String {
+    let (old, new) = match section {
+        "labels" => ("variables.oldLabels", "variables.newLabels"),
+        _ => ("variables.oldAnnotations", "variables.newAnnotations"),
+    };
+    let k = lit(key);
+    let removed = lit(&format!("removing its protection {what} {key}"));
+    let changed = lit(&format!("changing its protection {what} {key}"));
+    format!(
+        "({k} in {old} ? (!({k} in {new}) ? [{removed}] : ({new}[{k}] != {old}[{k}] ? [{changed}] : [])) : [])"
+    )
+}
+
+/// The ValidatingAdmissionPolicy [`POLICY_NAME`] enforcing `policy` (see the module
+/// documentation), as JSON for a server-side apply.
+pub fn admission_policy(policy: &Policy) -> Value {
+    let mut groups = vec![MASTERS_GROUP.to_owned()];
+    groups.extend(policy.allow_groups.iter().cloned());
+    let users = list(&policy.allow_users);
+    let groups = list(&groups);
+    let protected = lit(PROTECTED_LABEL);
+    let enabled = lit(ENABLED_LABEL);
+    let dependents = lit(DEPENDENTS_ANNOTATION);
+    let max = MAX_QUOTED_DEPENDENTS;
+
+    // The API server compiles matchConditions without the policy's variables: the two conditions
+    // are spelled out, and the variables of the same name reuse them.
+    let exempt = format!(
+        "request.userInfo.?username.orValue('') in {users} || request.userInfo.?groups.orValue([]).exists(g, g in {groups})"
+    );
+    let old_label_true = |key: &str| {
+        format!(
+            "has(oldObject.metadata.labels) && {key} in oldObject.metadata.labels && oldObject.metadata.labels[{key}] == 'true'"
+        )
+    };
+    let (by_conflux, opted_in) = (old_label_true(&protected), old_label_true(&enabled));
+
+    // `object` is null for DELETE: everything reading it is reached for UPDATE only (CEL's `?:`,
+    // `&&` and `||` evaluate lazily, and so are variables).
+    let variables = [
+        ("isSecret", "request.kind.kind == 'Secret'".to_owned()),
+        (
+            "oldLabels",
+            "oldObject.metadata.?labels.orValue({})".to_owned(),
+        ),
+        (
+            "oldAnnotations",
+            "oldObject.metadata.?annotations.orValue({})".to_owned(),
+        ),
+        (
+            "newLabels",
+            "object == null ? {} : object.metadata.?labels.orValue({})".to_owned(),
+        ),
+        (
+            "newAnnotations",
+            "object == null ? {} : object.metadata.?annotations.orValue({})".to_owned(),
+        ),
+        ("byConflux", by_conflux.clone()),
+        ("optedIn", opted_in.clone()),
+        // A Secret's missing or empty type is what the API server stores: Opaque.
+        (
+            "oldType",
+            "oldObject.?type.orValue('') == '' ? 'Opaque' : oldObject.type".to_owned(),
+        ),
+        (
+            "newType",
+            "object.?type.orValue('') == '' ? 'Opaque' : object.type".to_owned(),
+        ),
+        (
+            "changedFields",
+            [
+                "(oldObject.?data.orValue({}) != object.?data.orValue({}) ? ['data'] : [])",
+                "(!variables.isSecret && oldObject.?binaryData.orValue({}) != object.?binaryData.orValue({}) ? ['binaryData'] : [])",
+                "(variables.isSecret && variables.oldType != variables.newType ? ['type'] : [])",
+                "(oldObject.?immutable.orValue(false) != object.?immutable.orValue(false) ? ['immutable'] : [])",
+            ]
+            .join(" + "),
+        ),
+        (
+            "refused",
+            format!(
+                "request.operation == 'DELETE' ? ['deleting it'] : {}",
+                [
+                    "(size(variables.changedFields) > 0 ? ['changing its ' + variables.changedFields.join(', ')] : [])".to_owned(),
+                    // The API server folds stringData into data before admission; checked anyway,
+                    // as the webhook does.
+                    "(variables.isSecret && size(object.?stringData.orValue({})) > 0 ? ['setting its stringData'] : [])".to_owned(),
+                    protection_change("labels", "label", PROTECTED_LABEL),
+                    protection_change("labels", "label", ENABLED_LABEL),
+                    protection_change("annotations", "annotation", DEPENDENTS_ANNOTATION),
+                ]
+                .join(" + ")
+            ),
+        ),
+        (
+            "dependents",
+            format!(
+                "({dependents} in variables.oldAnnotations ? variables.oldAnnotations[{dependents}] : '').trim()"
+            ),
+        ),
+        (
+            "why",
+            format!(
+                "(variables.byConflux ? [variables.dependents != '' ? 'conflux copies it for ' + (size(variables.dependents) > {max} ? variables.dependents.substring(0, {max}) + '…' : variables.dependents) : 'conflux copies from it'] : []) + (variables.optedIn ? [{}] : [])",
+                lit(&format!("it is labelled {ENABLED_LABEL}=true")),
+            ),
+        ),
+        (
+            "how",
+            format!(
+                "(variables.byConflux ? [{}] : []) + (variables.optedIn ? [{}] : [])",
+                lit(&format!(
+                    "remove it from the ConfigSyncs and copyFrom annotations that use it (conflux then removes {PROTECTED_LABEL}), or ask a cluster admin"
+                )),
+                lit(&format!(
+                    "a cluster admin (or an identity in --protect-allow-users/--protect-allow-groups) can remove the label {ENABLED_LABEL}"
+                )),
+            ),
+        ),
+    ];
+    let variables: Vec<Value> = variables
+        .into_iter()
+        .map(|(name, expression)| json!({"name": name, "expression": expression}))
+        .collect();
+
+    let namespace_selector = match policy.excluded_namespaces.as_slice() {
+        [] => json!({}),
+        excluded => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                                 "operator": "NotIn", "values": excluded}]}),
+    };
+    let message = "request.kind.kind + ' ' + request.namespace + '/' + request.name + ' is protected: ' + variables.why.join('; ') + '. Refused: ' + variables.refused.join('; ') + '. To unprotect it, ' + variables.how.join('; also ') + '.'";
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": POLICY_NAME, "labels": {"app.kubernetes.io/managed-by": "conflux"}},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                   "operations": ["UPDATE", "DELETE"],
+                                   "resources": ["configmaps", "secrets"], "scope": "Namespaced"}],
+                "namespaceSelector": namespace_selector,
+                "objectSelector": {},
+                "matchPolicy": "Equivalent",
+            },
+            "variables": variables,
+            "matchConditions": [
+                {"name": "not-exempt", "expression": format!("!({exempt})")},
+                {"name": "protected", "expression": format!("({by_conflux}) || ({opted_in})")},
+            ],
+            "validations": [{
+                "expression": "size(variables.refused) == 0",
+                "messageExpression": message,
+                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; what depends on it is in its annotation {DEPENDENTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
+                "reason": "Forbidden",
+            }],
+        },
+    })
+}
+
+/// The two ValidatingAdmissionPolicyBindings of [`POLICY_NAME`]: [`SOURCES_BINDING`] for objects
+/// labelled [`PROTECTED_LABEL`]` = "true"`, [`LABELLED_BINDING`] for [`ENABLED_LABEL`]` =
+/// "true"`, both denying (`validationActions: [Deny]`).
+pub fn admission_policy_bindings() -> Vec<Value> {
+    [
+        (SOURCES_BINDING, PROTECTED_LABEL),
+        (LABELLED_BINDING, ENABLED_LABEL),
+    ]
+    .into_iter()
+    .map(|(name, label)| {
+        json!({
+            "apiVersion": API_VERSION,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "conflux"}},
+            "spec": {
+                "policyName": POLICY_NAME,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {},
+                    "objectSelector": {"matchLabels": {label: "true"}},
+                },
+            },
+        })
+    })
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protect::{Operation, Request, Verdict, decide};
+
+    fn variable<'v>(policy: &'v Value, name: &str) -> &'v str {
+        policy["spec"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
+            .as_str()
+            .unwrap()
+    }
+
+    fn condition<'v>(policy: &'v Value, name: &str) -> &'v str {
+        policy["spec"]["matchConditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == name)
+            .unwrap_or_else(|| panic!("no matchCondition {name}"))["expression"]
+            .as_str()
+            .unwrap()
+    }
+
+    #[test]
+    fn shape() {
+        let policy = admission_policy(&Policy::default());
+        let spec = &policy["spec"];
+        assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
+        assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert_eq!(spec["failurePolicy"], "Fail");
+        let rules = &spec["matchConstraints"]["resourceRules"][0];
+        assert_eq!(rules["resources"], json!(["configmaps", "secrets"]));
+        assert_eq!(rules["operations"], json!(["UPDATE", "DELETE"]));
+        assert_eq!(rules["apiGroups"], json!([""]));
+        assert_eq!(
+            spec["matchConstraints"]["namespaceSelector"],
+            json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                         "operator": "NotIn", "values": ["kube-system"]}]})
+        );
+        assert_eq!(spec["validations"].as_array().unwrap().len(), 1);
+        // matchConditions cannot read variables (the API server refuses them).
+        for c in spec["matchConditions"].as_array().unwrap() {
+            assert!(
+                !c["expression"].as_str().unwrap().contains("variables."),
+                "{c}"
+            );
+        }
+        assert!(
+            condition(&policy, "protected").contains(&variable(&policy, "byConflux").to_owned())
+        );
+        assert!(condition(&policy, "protected").contains(&variable(&policy, "optedIn").to_owned()));
+        assert_eq!(
+            spec["validations"][0]["expression"],
+            "size(variables.refused) == 0"
+        );
+        // Every variable is defined before it is used (the API server resolves them lazily, but
+        // a reader should not have to).
+        let names: Vec<&str> = spec["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            for later in &names[i + 1..] {
+                assert!(
+                    !variable(&policy, name).contains(&format!("variables.{later}")),
+                    "{name} uses {later}, defined later"
+                );
+            }
+        }
+
+        let bindings = admission_policy_bindings();
+        let selectors: Vec<&Value> = bindings
+            .iter()
+            .map(|b| &b["spec"]["matchResources"]["objectSelector"])
+            .collect();
+        assert_eq!(
+            selectors,
+            [
+                &json!({"matchLabels": {PROTECTED_LABEL: "true"}}),
+                &json!({"matchLabels": {ENABLED_LABEL: "true"}}),
+            ]
+        );
+        for b in &bindings {
+            assert_eq!(b["kind"], "ValidatingAdmissionPolicyBinding");
+            assert_eq!(b["spec"]["policyName"], POLICY_NAME);
+            assert_eq!(b["spec"]["validationActions"], json!(["Deny"]));
+        }
+    }
+
+    #[test]
+    fn allow_lists_are_literals_and_escaped() {
+        let policy = admission_policy(&Policy {
+            allow_users: vec![
+                "system:serviceaccount:flux-system:kustomize-controller".to_owned(),
+                "it's \"odd\"\\".to_owned(),
+            ],
+            allow_groups: vec!["platform-admins".to_owned()],
+            excluded_namespaces: vec![],
+        });
+        let exempt = condition(&policy, "not-exempt");
+        assert!(
+            exempt.contains(
+                r#"in ["system:serviceaccount:flux-system:kustomize-controller", "it's \"odd\"\\"]"#
+            ),
+            "{exempt}"
+        );
+        assert!(
+            exempt.contains(r#"g in ["system:masters", "platform-admins"]"#),
+            "{exempt}"
+        );
+        // Nobody allowed: masters still are, and the user list is empty.
+        let default = admission_policy(&Policy::default());
+        let exempt = condition(&default, "not-exempt");
+        assert!(exempt.contains("orValue('') in []"), "{exempt}");
+        assert!(exempt.contains(r#"g in ["system:masters"]"#), "{exempt}");
+        // No excluded namespace: every namespace.
+        assert_eq!(
+            policy["spec"]["matchConstraints"]["namespaceSelector"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn cel_literal_escapes_like_cel() {
+        assert_eq!(lit("a"), r#""a""#);
+        assert_eq!(lit("a\"b\\c\nd"), r#""a\"b\\c\nd""#);
+        assert_eq!(lit("\u{1}"), r#""\u0001""#);
+        assert_eq!(lit("é…"), "\"é…\"");
+        assert_eq!(list(&[]), "[]");
+    }
+
+    #[test]
+    fn every_refusal_and_protection_key_is_checked() {
+        let policy = admission_policy(&Policy::default());
+        let fields = variable(&policy, "changedFields");
+        for field in ["data", "binaryData", "type", "immutable"] {
+            assert!(fields.contains(&format!("['{field}']")), "{field}");
+        }
+        let refused = variable(&policy, "refused");
+        assert!(refused.starts_with("request.operation == 'DELETE' ? ['deleting it']"));
+        assert!(refused.contains("'setting its stringData'"));
+        for key in [PROTECTED_LABEL, ENABLED_LABEL, DEPENDENTS_ANNOTATION] {
+            assert!(
+                refused.contains(&format!("\"{key}\" in variables.old")),
+                "{key}"
+            );
+        }
+    }
+
+    /// The message the CEL builds has the decision's parts, word for word: every fixed fragment of
+    /// a webhook message appears as a literal in the policy.
+    #[test]
+    fn messages_are_built_from_the_decisions_words() {
+        let old = json!({
+            "kind": "Secret",
+            "metadata": {"name": "registry", "namespace": "team-a",
+                         "labels": {PROTECTED_LABEL: "true", ENABLED_LABEL: "true"}},
+            "data": {"k": "dg=="},
+        });
+        let mut new = old.clone();
+        new["data"]["k"] = json!("dw==");
+        new["immutable"] = json!(true);
+        new["metadata"]["labels"] = json!({});
+        let groups = vec![];
+        let delete = Request {
+            operation: Operation::Delete,
+            username: "alice",
+            groups: &groups,
+            kind: "Secret",
+            namespace: "team-a",
+            name: "registry",
+            old_object: Some(&old),
+            new_object: None,
+        };
+        let update = Request {
+            operation: Operation::Update,
+            new_object: Some(&new),
+            ..delete
+        };
+        let text = serde_json::to_string(&admission_policy(&Policy::default())).unwrap();
+        for request in [delete, update] {
+            let Verdict::Deny { message } = decide(&Policy::default(), &request) else {
+                panic!("denied")
+            };
+            let rest = message
+                .strip_prefix("Secret team-a/registry is protected: ")
+                .unwrap();
+            let (why, rest) = rest.split_once(". Refused: ").unwrap();
+            let (refused, how) = rest.split_once(". To unprotect it, ").unwrap();
+            let how = how.strip_suffix('.').unwrap();
+            let mut fragments: Vec<&str> = why.split("; ").collect();
+            fragments.extend(how.split("; also "));
+            for part in refused.split("; ") {
+                // "changing its data, immutable" is joined by the CEL from its fields.
+                match part.strip_prefix("changing its ") {
+                    Some(fields) if !fields.starts_with("protection") => {
+                        fragments.push("changing its ");
+                        fragments.extend(fields.split(", "));
+                    }
+                    _ => fragments.push(part),
+                }
+            }
+            for fragment in fragments {
+                let quoted = serde_json::to_string(fragment).unwrap();
+                let (single, double) = (format!("'{fragment}'"), quoted.trim_matches('"'));
+                assert!(
+                    text.contains(&single) || text.contains(double),
+                    "{fragment:?} not in the policy"
+                );
+            }
+            assert!(text.contains("' is protected: '"));
+            assert!(text.contains("'. Refused: '"));
+            assert!(text.contains("'. To unprotect it, '"));
+            assert!(text.contains("join('; also ')"));
+        }
+    }
+}

@@ -1,0 +1,230 @@
+//! Observe: the workload watches keep the consumer index and the workload cache current; the
+//! config watches schedule the workloads that consume a changed ConfigMap or Secret.
+
+use super::*;
+
+/// Keeps the index and the workload cache in step with one workload kind.
+pub(super) async fn watch_workloads(
+    ctx: Arc<Context>,
+    kind: WorkloadKind,
+    mut sub: conflux_runtime::Subscription<DynamicObject>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    while let Some(change) = sub.recv().await {
+        match change {
+            Change::Initial(obj) | Change::Applied(obj) => {
+                on_workload(&ctx, kind, (*obj).clone()).await;
+            }
+            Change::Deleted(obj) => {
+                let object = ObjectRef::new(
+                    kind.group(),
+                    kind.as_str(),
+                    obj.namespace().unwrap_or_default(),
+                    obj.name_any(),
+                );
+                forget_workload(&ctx, &object);
+            }
+            Change::InitDone => listed.add_permits(1),
+            _ => {}
+        }
+    }
+}
+
+/// A workload was added or changed: index it and, when what the decision reads changed,
+/// evaluate it now. Returns its reference.
+pub(super) async fn on_workload(
+    ctx: &Context,
+    kind: WorkloadKind,
+    obj: DynamicObject,
+) -> Option<ObjectRef> {
+    let name = obj.name_any();
+    let owned = match Owned::from_dynamic(kind, obj) {
+        Ok(owned) => Arc::new(owned),
+        Err(err) => {
+            warn!(%kind, %name, error = %err, "reload: cannot read workload");
+            return None;
+        }
+    };
+    let object = owned.workload().object_ref()?;
+    let problems: Vec<(&'static str, String)> = {
+        let mut state = ctx.state();
+        // Our own patch's response may already be cached; a watch event from before it must not
+        // bring back the state it replaced (that would roll a second time).
+        if state
+            .workloads
+            .get(&object)
+            .is_some_and(|cached| owned.is_older_than(cached))
+        {
+            return Some(object);
+        }
+        let unchanged = state
+            .workloads
+            .get(&object)
+            .is_some_and(|old| old.same_for_decision(&owned));
+        if unchanged {
+            state.workloads.insert(object.clone(), owned);
+            return Some(object);
+        }
+        let indexed = state.index.apply(owned.workload());
+        let problems = if indexed {
+            let problems = state
+                .index
+                .get(&object)
+                .map(|e| {
+                    e.opt_in
+                        .problems()
+                        .iter()
+                        .map(|p| (p.reason(), p.to_string()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            state.workloads.insert(object.clone(), owned.clone());
+            state.pending.schedule(object.clone(), Instant::now(), None);
+            problems
+        } else {
+            state.workloads.remove(&object);
+            state.pending.remove(&object);
+            // Not opted in; perhaps because an annotation meant to opt in is malformed.
+            crate::opt_in::OptIn::of(owned.workload())
+                .problems()
+                .iter()
+                .map(|p| (p.reason(), p.to_string()))
+                .collect()
+        };
+        ctx.update_gauges(&state);
+        problems
+    };
+    ctx.wake.notify_one();
+    // Looked at when the annotations change, reported once per distinct problem.
+    let key = format!("{object} annotations");
+    match problems.first() {
+        Some((reason, _)) => {
+            let notes: Vec<&str> = problems.iter().map(|(_, note)| note.as_str()).collect();
+            let note = format!("reload annotations: {}", notes.join("; "));
+            let reference = reference(ctx, &object, &owned);
+            ctx.problems
+                .report(
+                    &ctx.recorder,
+                    &reference,
+                    &key,
+                    reason,
+                    &note,
+                    "Reload",
+                    "reload: annotation problems",
+                )
+                .await;
+        }
+        None => {
+            ctx.problems.resolve(&key);
+        }
+    }
+    Some(object)
+}
+
+pub(super) fn forget_workload(ctx: &Context, object: &ObjectRef) {
+    let mut state = ctx.state();
+    state.index.delete(object);
+    state.workloads.remove(object);
+    state.pending.remove(object);
+    state.failures.remove(object);
+    state.held.remove(object);
+    ctx.update_gauges(&state);
+}
+
+/// Follows one of ConfigMaps/Secrets (the shared metadata watch) and schedules the workloads
+/// that read them. The initial state is the baseline: workloads are evaluated on their own first
+/// sight. Later changes (re-lists included) schedule evaluations.
+pub(super) async fn watch_configs<K: ConfigResource>(
+    ctx: Arc<Context>,
+    mut sub: conflux_runtime::Subscription<PartialObjectMeta<K>>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    let kind = K::KIND;
+    while let Some(change) = sub.recv().await {
+        match change {
+            Change::Initial(meta) => {
+                let (ns, name) = object_id(&meta.metadata);
+                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), false);
+            }
+            Change::InitDone => listed.add_permits(1),
+            Change::Applied(meta) => {
+                let (ns, name) = object_id(&meta.metadata);
+                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), true);
+            }
+            Change::Deleted(meta) => {
+                let (ns, name) = object_id(&meta.metadata);
+                on_config(&ctx, kind, ns, name, None, true);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A config was created or updated (`meta` given) or deleted (`None`): update the metadata
+/// cache and, when `notify` and something changed, schedule its workloads after the window.
+pub(super) fn on_config(
+    ctx: &Context,
+    kind: ConfigKind,
+    namespace: String,
+    name: String,
+    meta: Option<kube::api::ObjectMeta>,
+    notify: bool,
+) {
+    let mut state = ctx.state();
+    let key = (kind, name.clone());
+    let previous = match meta {
+        Some(meta) => {
+            let entry = ConfigMeta {
+                resource_version: meta.resource_version.unwrap_or_default(),
+                annotations: meta.annotations,
+            };
+            let configs = state.configs.entry(namespace.clone()).or_default();
+            let previous = configs.insert(key.clone(), entry.clone());
+            if previous
+                .as_ref()
+                .is_some_and(|p| p.resource_version == entry.resource_version)
+            {
+                return;
+            }
+            Some(entry)
+        }
+        None => {
+            let configs = state.configs.get_mut(&namespace);
+            let previous = configs.and_then(|c| c.remove(&key));
+            if state
+                .configs
+                .get(&namespace)
+                .is_some_and(BTreeMap::is_empty)
+            {
+                state.configs.remove(&namespace);
+            }
+            if previous.is_none() {
+                return;
+            }
+            previous
+        }
+    };
+    if !notify {
+        return;
+    }
+    let annotations = previous.and_then(|p| p.annotations);
+    let hits: Vec<ObjectRef> = state
+        .index
+        .lookup(kind, &namespace, &name, annotations.as_ref())
+        .into_iter()
+        .map(|hit| hit.workload.clone())
+        .collect();
+    if hits.is_empty() {
+        return;
+    }
+    debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
+    let due = Instant::now() + ctx.config.debounce;
+    for object in hits {
+        state
+            .pending
+            .schedule(object, due, Some((kind, name.clone())));
+    }
+    ctx.update_gauges(&state);
+    drop(state);
+    ctx.wake.notify_one();
+}
