@@ -204,3 +204,69 @@ mod tests {
         assert!(scan("text", "nothing\n").is_ok());
     }
 }
+
+/// The JSON formatter's own keys, which no log field may take.
+const FORMATTER_KEYS: [&str; 5] = ["timestamp", "level", "message", "target", "span"];
+
+/// Checks every JSON log line of `text` (conflux's `--log-encoding=json` output): no key appears
+/// twice in a line (a field named like the formatter's own keys would), and no field value is a
+/// Rust `Debug` form (`Some(…)`, `None`, `Ok(…)`, `Err(…)`, a quoted string inside a string).
+/// Returns the first problem found.
+pub fn check_log_fields(text: &str) -> Result<(), String> {
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let Ok(serde_json::Value::Object(fields)) = serde_json::from_str::<serde_json::Value>(line)
+        else {
+            continue;
+        };
+        for key in FORMATTER_KEYS {
+            let times = line.matches(&format!("\"{key}\":")).count();
+            if times > 1 {
+                return Err(format!("the key {key:?} appears {times} times in: {line}"));
+            }
+        }
+        for (key, value) in &fields {
+            if key == "message" {
+                continue;
+            }
+            let Some(value) = value.as_str() else {
+                continue;
+            };
+            let debug_form = value == "None"
+                || ["Some(", "Ok(", "Err("]
+                    .iter()
+                    .any(|p| value.starts_with(p) && value.ends_with(')'))
+                || (value.starts_with('"') && value.ends_with('"') && value.len() > 1);
+            if debug_form {
+                return Err(format!(
+                    "field {key} is a Rust Debug form ({value}) in: {line}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Panics with the problem [`check_log_fields`] finds in `what`.
+pub fn assert_log_fields_clean(what: &str, text: &str) {
+    if let Err(problem) = check_log_fields(text) {
+        panic!("{what}: {problem}");
+    }
+}
+
+#[cfg(test)]
+mod log_field_tests {
+    use super::check_log_fields;
+
+    #[test]
+    fn the_log_field_check_sees_duplicate_keys_and_debug_forms() {
+        let good = r#"{"timestamp":"t","level":"INFO","message":"m","object":"ConfigMap/a/b","target":"copy_core"}"#;
+        assert!(check_log_fields(good).is_ok());
+        let twice = r#"{"timestamp":"t","level":"INFO","message":"m","target":"ConfigMap/a/b","target":"copy_core"}"#;
+        assert!(check_log_fields(twice).is_err());
+        let some = r#"{"timestamp":"t","level":"INFO","message":"m","object":"Some(\"pull\")"}"#;
+        assert!(check_log_fields(some).is_err());
+        let quoted = r#"{"timestamp":"t","level":"INFO","message":"m","name":"\"x\""}"#;
+        assert!(check_log_fields(quoted).is_err());
+        assert!(check_log_fields("plain text line").is_ok());
+    }
+}

@@ -407,13 +407,15 @@ impl RunArgs {
                         "--protect-mode=webhook needs --webhook-url, or RUNTIME_NAMESPACE (for the Service conflux-webhook)"
                     );
                 }
+                let addr = self.webhook_addr.as_deref().unwrap_or(DEFAULT_WEBHOOK_ADDR);
+                let addr = metrics::parse_bind_addr("--webhook-addr", addr)?
+                    .context("--webhook-addr cannot be 0 when the protect webhook runs")?;
                 if self.webhook_cert_dir.is_none() && self.runtime_namespace.is_empty() {
                     bail!(
                         "the protect webhook keeps its generated certificate in the Secret {} in the runtime namespace: set RUNTIME_NAMESPACE (or --runtime-namespace), or give --webhook-cert-dir",
                         protect::CERT_SECRET
                     )
                 }
-                let addr = self.webhook_addr.as_deref().unwrap_or(DEFAULT_WEBHOOK_ADDR);
                 let url = match &self.webhook_url {
                     None => None,
                     Some(url) => Some(protect::webhook_url(url).with_context(|| {
@@ -424,8 +426,7 @@ impl RunArgs {
                     })?),
                 };
                 let config = ProtectConfig {
-                    addr: metrics::parse_bind_addr("--webhook-addr", addr)?
-                        .context("--webhook-addr cannot be 0 when the protect webhook runs")?,
+                    addr,
                     url,
                     cert_dir: self.webhook_cert_dir.clone(),
                     namespace: self.runtime_namespace.clone(),
@@ -663,6 +664,7 @@ mod tests {
         let with = |url: &str| {
             plan(&[
                 "--controllers=sync,protect",
+                "--protect-mode=webhook",
                 "--webhook-url",
                 url,
                 "--runtime-namespace=conflux-system",
@@ -679,6 +681,7 @@ mod tests {
     fn protect_without_a_runtime_namespace_says_what_is_missing_at_start() {
         let err = plan(&[
             "--controllers=sync,protect",
+            "--protect-mode=webhook",
             "--webhook-url=https://127.0.0.1:9443",
         ])
         .expect_err("refused");
@@ -688,6 +691,7 @@ mod tests {
         // A certificate directory needs no Secret, so no namespace.
         let planned = plan(&[
             "--controllers=sync,protect",
+            "--protect-mode=webhook",
             "--webhook-url=https://127.0.0.1:9443",
             "--webhook-cert-dir=/certs",
         ]);

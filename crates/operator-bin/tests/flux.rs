@@ -224,6 +224,7 @@ async fn seed_scenario(flux_watchers: bool) {
         .is_some(),
         "conflux's rollout annotation survived Flux's re-apply"
     );
+    conflux_tests::leak::assert_log_fields_clean("the conflux log", &conflux_log());
     let values = seen.stop().await;
     assert_eq!(
         values,

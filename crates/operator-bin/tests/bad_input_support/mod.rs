@@ -378,6 +378,7 @@ impl Case {
         let log = std::fs::read_to_string(&self.conflux.log).unwrap_or_default();
         assert!(!log.is_empty(), "the log is empty");
         leak::assert_clean("the conflux log", &log);
+        leak::assert_log_fields_clean("the conflux log", &log);
         for ns in namespaces {
             let api: Api<Event> = Api::namespaced(self.client.clone(), ns);
             let events = api.list(&ListParams::default()).await.expect("events");
