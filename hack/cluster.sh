@@ -1,23 +1,35 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane (etcd + kube-apiserver + kube-controller-manager) on loopback,
-# built from Debian's `kubernetes` source package. See docs/design.md section 7.
+# The test ground: a real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
+# on loopback and, with --flux, the real Flux controllers, Flux Operator and a Git server beside it.
+# Everything is built from Go modules through the wrapper modules in hack/cluster/ (versions in
+# hack/cluster/versions.sh; see docs/design.md section 7).
 #
-#   hack/cluster.sh build        build and cache the binaries (first run: several minutes)
-#   hack/cluster.sh up [DIR]     start a cluster with its data in DIR (default target/cluster)
-#   hack/cluster.sh down [DIR]   stop exactly the processes `up` started
-#   hack/cluster.sh env [DIR]    print the export line for a running cluster
-#   hack/cluster.sh bin          print the directory holding the cached binaries
+#   hack/cluster.sh build [--flux]     build and cache the binaries (cold: Kubernetes ~15 min,
+#                                      Flux ~20 min more on 2 cores)
+#   hack/cluster.sh up [DIR] [--flux]  start a cluster with its data in DIR (default target/cluster)
+#   hack/cluster.sh down [DIR]         stop exactly the processes `up` started
+#   hack/cluster.sh env [DIR]          print the exports for a running cluster: KUBECONFIG, and
+#                                      CONFLUX_GIT_URL when it runs Flux
+#   hack/cluster.sh bin                print the directory holding the Kubernetes binaries
+#   hack/cluster.sh flux-bin           print the directory holding the Flux binaries and manifests
+#   hack/cluster.sh gen-mods           regenerate the wrapper modules from versions.sh
+#
+# A `git push "$CONFLUX_GIT_URL/NAME.git"` creates or updates the repository that a GitRepository
+# with `url: $CONFLUX_GIT_URL/NAME.git` then pulls.
 #
 # Environment:
 #   CONFLUX_CLUSTER_CACHE   cache root (default /var/tmp/conflux-cluster)
-#   CONFLUX_K8S_SOURCE_VERSION  Debian source version to build (default: the bookworm one)
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ground="$repo_root/hack/cluster"
+# shellcheck source=cluster/versions.sh
+. "$ground/versions.sh"
 cache_root=${CONFLUX_CLUSTER_CACHE:-/var/tmp/conflux-cluster}
-# The Debian version of the kubernetes source package that carries Kubernetes 1.20.2.
-k8s_version=${CONFLUX_K8S_SOURCE_VERSION:-1.20.5+really1.20.2-1.1+deb12u1}
-bin_dir="$cache_root/$k8s_version/bin"
+bin_dir="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
+flux_dir="$cache_root/flux-$FLUX_VERSION-operator-$FLUX_OPERATOR_VERSION"
+# The Go on PATH, never a toolchain named in a go.mod: the versions above build with Go 1.26.
+export GOTOOLCHAIN=local
 
 log() { printf 'cluster.sh: %s\n' "$*" >&2; }
 die() {
@@ -36,116 +48,172 @@ run_logged() {
   fi
 }
 
-# The machine's own Debian mirror, read at run time so that no mirror host lives in the repo.
-debian_mirror() {
-  local uri=""
-  if compgen -G '/etc/apt/sources.list.d/*.sources' >/dev/null; then
-    uri=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) if ($i !~ /security/) { print $i; exit } }' \
-      /etc/apt/sources.list.d/*.sources | head -n 1)
-  fi
-  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-    uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
-      /etc/apt/sources.list | head -n 1)
-  fi
-  [ -n "$uri" ] || die "no Debian mirror found in /etc/apt/sources.list.d/*.sources or /etc/apt/sources.list" \
-    "configure apt with a Debian bookworm mirror"
-  printf '%s\n' "$uri"
-}
-
 ensure_host_tools() {
+  command -v go >/dev/null 2>&1 || die "go is not on PATH" "the test ground needs Go 1.26 or newer"
   local missing=()
-  command -v go >/dev/null 2>&1 || [ -x /usr/lib/go/bin/go ] || missing+=(golang-go)
-  command -v rsync >/dev/null 2>&1 || missing+=(rsync)
-  command -v dpkg-source >/dev/null 2>&1 || missing+=(dpkg-dev)
-  command -v make >/dev/null 2>&1 || missing+=(make)
-  command -v gcc >/dev/null 2>&1 || missing+=(gcc)
   command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   command -v curl >/dev/null 2>&1 || missing+=(curl)
+  command -v git >/dev/null 2>&1 || missing+=(git)
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian"
     [ "$(id -u)" = 0 ] || die "need root to install ${missing[*]}" "run as root or install them by hand"
+    mkdir -p "$cache_root"
     run_logged "apt-get update" "$cache_root/apt-update.log" apt-get update
     run_logged "apt-get install ${missing[*]}" "$cache_root/apt-install.log" \
       env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
   fi
 }
 
-cmd_build() {
-  if [ -x "$bin_dir/kube-apiserver" ] && [ -x "$bin_dir/kube-controller-manager" ] && [ -x "$bin_dir/etcd" ]; then
-    log "cached binaries present in $bin_dir"
+# The directory of module $1 at version $2 in the module cache (downloaded and verified).
+module_dir() {
+  (cd "$cache_root" && GOFLAGS=-mod=mod go mod download -json "$1@$2") |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+# Writes the wrapper module hack/cluster/$1 for module $2 at version $3: it requires that module,
+# mirrors its replace lines, and turns each replace with a local directory (which a dependency
+# cannot have) into the same module at version $4 (its published sibling). The remaining
+# arguments are the main packages to build (go.mod `tool` lines).
+gen_mod() {
+  local dir=$1 module=$2 version=$3 sibling=$4 extra=${EXTRA_REPLACES:-}
+  shift 4
+  local upstream
+  upstream=$(cd "$cache_root" && GOFLAGS=-mod=mod go mod download -json "$module@$version" |
+    sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p')
+  [ -f "$upstream" ] || die "no go.mod for $module@$version" "check the version in hack/cluster/versions.sh"
+  local go_line
+  go_line=$(awk '$1 == "go" { print $2; exit }' "$upstream")
+  mkdir -p "$ground/$dir"
+  {
+    printf '// Wrapper module of the test ground: builds %s %s from its published module.\n' "$module" "$version"
+    printf '// Generated by `hack/cluster.sh gen-mods` from hack/cluster/versions.sh; do not edit.\n'
+    printf 'module conflux.dev/testground/%s\n\ngo %s\n\ntool (\n' "$dir" "$go_line"
+    printf '\t%s\n' "$@"
+    printf ')\n\nrequire %s %s\n\nreplace (\n' "$module" "$version"
+    awk -v sibling="$sibling" '
+      function emit(line,   parts, n, left, right) {
+        n = split(line, parts, "=>")
+        if (n != 2) return
+        left = parts[1]; right = parts[2]
+        gsub(/^[ \t]+|[ \t]+$/, "", left); gsub(/^[ \t]+|[ \t]+$/, "", right)
+        if (right ~ /FORBIDDEN_DEPENDENCY/) return
+        split(left, l, /[ \t]+/)
+        if (right ~ /^\.\.?\//) printf "\t%s => %s %s\n", l[1], l[1], sibling
+        else printf "\t%s => %s\n", left, right
+      }
+      /^replace \($/ { block = 1; next }
+      block && /^\)/ { block = 0; next }
+      block { sub(/\/\/.*/, ""); if ($0 ~ /=>/) emit($0); next }
+      /^replace / { sub(/^replace /, ""); sub(/\/\/.*/, ""); emit($0) }
+    ' "$upstream"
+    printf ')\n'
+  } >"$ground/$dir/go.mod"
+  rm -f "$ground/$dir/go.sum"
+  local replace
+  for replace in $extra; do
+    (cd "$ground/$dir" && go mod edit -replace "$replace")
+  done
+  (cd "$ground/$dir" && GOFLAGS=-mod=mod go mod tidy -e 2>"$cache_root/tidy.log") || die "go mod tidy failed in hack/cluster/$dir"
+  log "wrote hack/cluster/$dir/go.mod"
+}
+
+cmd_gen_mods() {
+  mkdir -p "$cache_root"
+  local k8s_minor=${K8S_VERSION#v1.}
+  gen_mod kubernetes k8s.io/kubernetes "$K8S_VERSION" "v0.$k8s_minor" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  gen_mod etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  local name var extra
+  for name in source kustomize helm notification; do
+    var=$(printf '%s_CONTROLLER_VERSION' "$name" | tr '[:lower:]' '[:upper:]')
+    extra=$(printf '%s_CONTROLLER_EXTRA_REPLACES' "$name" | tr '[:lower:]' '[:upper:]')
+    EXTRA_REPLACES=${!extra:-} gen_mod "flux/$name-controller" "github.com/fluxcd/$name-controller" \
+      "${!var}" "${!var}" "github.com/fluxcd/$name-controller"
+  done
+  gen_mod flux/operator github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" \
+    "$FLUX_OPERATOR_VERSION" github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+}
+
+# go build in wrapper module $1, logging to $2; the remaining arguments go to `go build`.
+go_build() {
+  local dir=$1 logfile=$2
+  shift 2
+  (cd "$ground/$dir" && run_logged "go build in hack/cluster/$dir" "$logfile" \
+    env CGO_ENABLED=0 go build -trimpath "$@")
+}
+
+build_kubernetes() {
+  if [ -x "$bin_dir/kube-apiserver" ] && [ -x "$bin_dir/kube-controller-manager" ] &&
+    [ -x "$bin_dir/kubectl" ] && [ -x "$bin_dir/etcd" ]; then
+    log "Kubernetes $K8S_VERSION and etcd $ETCD_VERSION cached in $bin_dir"
     return 0
   fi
+  local tmp="$bin_dir.tmp"
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  local minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  local ldflags="-s -w" pkg
+  # The version kubectl and the servers report (without these: v0.0.0-master).
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags="$ldflags -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags="$ldflags -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  log "building kube-apiserver, kube-controller-manager and kubectl $K8S_VERSION (cold: ~15 minutes)"
+  go_build kubernetes "$cache_root/build-kubernetes.log" -ldflags "$ldflags" -o "$tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
+  log "building etcd $ETCD_VERSION"
+  go_build etcd "$cache_root/build-etcd.log" -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+  rm -rf "$bin_dir"
+  mv "$tmp" "$bin_dir"
+  log "cached in $bin_dir"
+}
+
+build_flux() {
+  if [ -f "$flux_dir/.complete" ]; then
+    log "Flux $FLUX_VERSION and Flux Operator $FLUX_OPERATOR_VERSION cached in $flux_dir"
+    return 0
+  fi
+  local tmp="$flux_dir.tmp" name var
+  rm -rf "$tmp"
+  mkdir -p "$tmp/bin" "$tmp/crds" "$tmp/rbac"
+  for name in source kustomize helm notification; do
+    var=$(printf '%s_CONTROLLER_VERSION' "$name" | tr '[:lower:]' '[:upper:]')
+    log "building $name-controller ${!var}"
+    go_build "flux/$name-controller" "$cache_root/build-$name-controller.log" -ldflags "-s -w" \
+      -o "$tmp/bin/$name-controller" "github.com/fluxcd/$name-controller"
+    # The real CRDs, from the same module version.
+    cp "$(module_dir "github.com/fluxcd/$name-controller" "${!var}")"/config/crd/bases/*.yaml "$tmp/crds/"
+  done
+  log "building flux-operator $FLUX_OPERATOR_VERSION"
+  go_build flux/operator "$cache_root/build-flux-operator.log" -ldflags "-s -w" \
+    -o "$tmp/bin/flux-operator" github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+  cp "$(module_dir github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION")"/config/crd/bases/*.yaml "$tmp/crds/"
+  # Flux's default RBAC, from the distribution of the same Flux version.
+  local flux2
+  flux2=$(module_dir github.com/fluxcd/flux2/v2 "$FLUX_VERSION")
+  cp "$flux2"/manifests/rbac/{controller,reconciler,edit,view}.yaml "$tmp/rbac/"
+  log "building the Git server"
+  go_build gitserver "$cache_root/build-gitserver.log" -o "$tmp/bin/gitserver" .
+  chmod -R u+w "$tmp"
+  touch "$tmp/.complete"
+  rm -rf "$flux_dir"
+  mv "$tmp" "$flux_dir"
+  log "cached in $flux_dir"
+}
+
+cmd_build() {
+  local flux=0
+  for arg; do
+    case $arg in
+      --flux) flux=1 ;;
+      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux]" ;;
+    esac
+  done
   mkdir -p "$cache_root"
   ensure_host_tools
-  local work="$cache_root/$k8s_version/work"
-  rm -rf "$work"
-  mkdir -p "$work/apt/lists/partial" "$work/apt/archives/partial" "$work/debs"
-
-  # A private apt configuration: own sources list and lists directory; the system's is untouched.
-  local mirror
-  mirror=$(debian_mirror)
-  printf 'deb %s bookworm main\ndeb-src %s bookworm main\n' "$mirror" "$mirror" >"$work/apt/sources.list"
-  local apt_opts=(
-    -o "Dir::Etc::SourceList=$work/apt/sources.list"
-    -o "Dir::Etc::SourceParts=/dev/null"
-    -o "Dir::State::Lists=$work/apt/lists"
-    -o "Dir::Cache::Archives=$work/apt/archives"
-    -o "APT::Sandbox::User=root"
-  )
-  log "fetching package lists (private apt configuration in $work/apt)"
-  run_logged "apt-get update (private configuration)" "$work/apt-update.log" apt-get "${apt_opts[@]}" update
-
-  log "downloading source package kubernetes=$k8s_version"
-  (cd "$work" && run_logged "apt-get source kubernetes=$k8s_version" "$work/apt-source.log" \
-    apt-get "${apt_opts[@]}" source --download-only "kubernetes=$k8s_version")
-  log "downloading etcd-server and golang-github-modern-go-reflect2-dev"
-  (cd "$work/debs" && run_logged "apt-get download" "$work/apt-download.log" \
-    apt-get "${apt_opts[@]}" download etcd-server golang-github-modern-go-reflect2-dev)
-
-  log "unpacking sources"
-  local dsc
-  dsc=$(ls "$work"/kubernetes_*.dsc | head -n 1)
-  (cd "$work" && run_logged "dpkg-source -x" "$work/dpkg-source.log" \
-    dpkg-source --no-check -x "$dsc" src)
-  for deb in "$work"/debs/*.deb; do
-    dpkg -x "$deb" "$work/debs/root"
-  done
-
-  # Go >= 1.18 breaks the vendored reflect2 (the server crashes on the first custom-resource
-  # write); Debian's 1.0.2 is the fixed one.
-  local reflect_src
-  reflect_src=$(find "$work/debs/root/usr/share/gocode/src/github.com/modern-go/reflect2" -maxdepth 0 -type d 2>/dev/null || true)
-  [ -n "$reflect_src" ] || die "reflect2 sources not found in golang-github-modern-go-reflect2-dev" \
-    "check $work/apt-download.log"
-  local reflect_dst="$work/src/vendor/github.com/modern-go/reflect2"
-  rm -f "$reflect_dst"/*.go "$reflect_dst"/*.s
-  cp "$reflect_src"/*.go "$reflect_dst"/
-  cp "$reflect_src"/*.s "$reflect_dst"/ 2>/dev/null || true
-  rm -f "$reflect_dst"/*_test.go
-
-  log "building kube-apiserver and kube-controller-manager (first time: several minutes)"
-  mkdir -p "$work/.go/src/k8s.io"
-  ln -sfn "$work/src" "$work/.go/src/k8s.io/kubernetes"
-  local go_bin
-  go_bin=$(command -v go || echo /usr/lib/go/bin/go)
-  local whats="cmd/kube-apiserver cmd/kube-controller-manager"
-  command -v kubectl >/dev/null 2>&1 || whats="$whats cmd/kubectl"
-  (
-    cd "$work/.go/src/k8s.io/kubernetes"
-    export GOPATH="$work/.go" GO111MODULE=off GOFLAGS=-mod=vendor PATH="$(dirname "$go_bin"):$PATH"
-    export KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean
-    run_logged "make WHAT=\"$whats\"" "$work/make.log" make WHAT="$whats"
-  )
-  local out="$work/src/_output/local/bin/linux/amd64"
-  [ -d "$out" ] || out=$(dirname "$(find "$work/src/_output" -name kube-apiserver -type f | head -n 1)")
-  mkdir -p "$bin_dir.tmp"
-  cp "$out/kube-apiserver" "$out/kube-controller-manager" "$bin_dir.tmp/"
-  [ -x "$out/kubectl" ] && cp "$out/kubectl" "$bin_dir.tmp/"
-  cp "$work/debs/root/usr/bin/etcd" "$bin_dir.tmp/etcd"
-  rm -rf "$bin_dir"
-  mv "$bin_dir.tmp" "$bin_dir"
-  log "binaries cached in $bin_dir; removing build scratch"
-  rm -rf "$work"
+  build_kubernetes
+  [ "$flux" = 0 ] || build_flux
 }
 
 # A loopback port that is free: random below the kernel's ephemeral range (so it cannot be the
@@ -174,11 +242,13 @@ pick_port() {
   die "no free loopback port found" "free some ports and retry"
 }
 
+# Starts a process in the background with its log and pid file in $2 under the name $1.
 start_bg() {
   local name=$1 dir=$2
   shift 2
   nohup "$@" >"$dir/$name.log" 2>&1 &
   echo $! >"$dir/$name.pid"
+  printf '%s\n' "$name" >>"$dir/processes"
 }
 
 wait_for() {
@@ -197,19 +267,32 @@ wait_for() {
 port_race() { grep -q 'address already in use' "$1" 2>/dev/null; }
 
 cmd_up() {
+  local dir="" flux=0 arg
+  for arg; do
+    case $arg in
+      --flux) flux=1 ;;
+      -*) die "unknown up argument $arg" "usage: hack/cluster.sh up [DIR] [--flux]" ;;
+      *) dir=$arg ;;
+    esac
+  done
+  dir=${dir:-$repo_root/target/cluster}
   local attempt status
   for attempt in 1 2 3; do
     status=0
-    start_cluster "$@" || status=$?
-    [ "$status" -eq 75 ] || return "$status"
+    start_cluster "$dir" || status=$?
+    [ "$status" -eq 75 ] || break
     log "a port was taken while starting (attempt $attempt); retrying with new ports"
   done
-  die "could not find free ports in 3 attempts" "check what is listening on 127.0.0.1"
+  [ "$status" -eq 0 ] || { [ "$status" -eq 75 ] && die "could not find free ports in 3 attempts" "check what is listening on 127.0.0.1"; exit "$status"; }
+  if [ "$flux" = 1 ]; then
+    start_flux "$(cd "$dir" && pwd)" || { status=$?; cmd_down "$dir" >/dev/null 2>&1 || true; exit "$status"; }
+  fi
+  cmd_env "$dir"
 }
 
 start_cluster() {
-  local dir=${1:-$repo_root/target/cluster}
-  for b in etcd kube-apiserver kube-controller-manager; do
+  local dir=$1
+  for b in etcd kube-apiserver kube-controller-manager kubectl; do
     [ -x "$bin_dir/$b" ] || die "$bin_dir/$b is missing" "run 'hack/cluster.sh build' first"
   done
   command -v openssl >/dev/null 2>&1 || die "openssl is missing" "apt-get install openssl"
@@ -218,7 +301,7 @@ start_cluster() {
   if [ -f "$dir/kube-apiserver.pid" ] && kill -0 "$(cat "$dir/kube-apiserver.pid")" 2>/dev/null; then
     die "a cluster is already running in $dir" "run 'hack/cluster.sh down $dir' first"
   fi
-  rm -rf "$dir/etcd-data" "$dir/certs"
+  rm -rf "$dir/etcd-data" "$dir/certs" "$dir/flux" "$dir/processes" "$dir/git-url"
   mkdir -p "$dir/certs"
 
   local etcd_port etcd_peer_port api_port
@@ -260,7 +343,7 @@ rules:
 - level: None
 POLICY
 
-  log "starting etcd on 127.0.0.1:$etcd_port"
+  log "starting etcd $ETCD_VERSION on 127.0.0.1:$etcd_port"
   start_bg etcd "$dir" "$bin_dir/etcd" \
     --data-dir "$dir/etcd-data" \
     --listen-client-urls "http://127.0.0.1:$etcd_port" \
@@ -275,13 +358,14 @@ POLICY
     die "etcd did not become healthy (log: $dir/etcd.log)" "read the log; check the port is free and the binary runs"
   fi
 
-  log "starting kube-apiserver on 127.0.0.1:$api_port"
+  log "starting kube-apiserver $K8S_VERSION on 127.0.0.1:$api_port"
   start_bg kube-apiserver "$dir" "$bin_dir/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --secure-port "$api_port" --insecure-port 0 \
+    --bind-address 127.0.0.1 --secure-port "$api_port" \
     --advertise-address 127.0.0.1 \
     --cert-dir "$dir/certs" \
     --tls-cert-file "$dir/certs/apiserver.crt" --tls-private-key-file "$dir/certs/apiserver.key" \
+    --client-ca-file "$dir/certs/ca.crt" \
     --authorization-mode RBAC \
     --token-auth-file "$dir/certs/tokens.csv" \
     --service-account-issuer https://kubernetes.default.svc \
@@ -300,48 +384,141 @@ POLICY
     die "kube-apiserver did not become ready (log: $dir/kube-apiserver.log)" "read the log above"
   fi
 
-  cat >"$dir/kubeconfig" <<EOF
-apiVersion: v1
-kind: Config
-clusters:
-- name: conflux-test
-  cluster:
-    server: https://127.0.0.1:$api_port
-    certificate-authority-data: $(base64 -w0 <"$dir/certs/ca.crt")
-users:
-- name: admin
-  user:
-    token: $admin_token
-contexts:
-- name: conflux-test
-  context:
-    cluster: conflux-test
-    user: admin
-current-context: conflux-test
-EOF
+  write_kubeconfig "$dir/kubeconfig" "$api_port" "$dir/certs/ca.crt" admin "$admin_token"
 
-  log "starting kube-controller-manager"
+  log "starting kube-controller-manager $K8S_VERSION"
   start_bg kube-controller-manager "$dir" "$bin_dir/kube-controller-manager" \
     --kubeconfig "$dir/kubeconfig" \
     --leader-elect=false \
     --service-account-private-key-file "$dir/certs/sa.key" \
+    --root-ca-file "$dir/certs/ca.crt" \
     --use-service-account-credentials=false \
     --controllers '*' \
-    --bind-address 127.0.0.1 --secure-port 0 --port 0
+    --bind-address 127.0.0.1 --secure-port 0
   sleep 0.5
   if ! kill -0 "$(cat "$dir/kube-controller-manager.pid")" 2>/dev/null; then
     tail -n 30 "$dir/kube-controller-manager.log" >&2 || true
     cmd_down "$dir" >/dev/null 2>&1 || true
     die "kube-controller-manager exited at start (log: $dir/kube-controller-manager.log)" "read the log above"
   fi
-  echo "export KUBECONFIG=$dir/kubeconfig"
+}
+
+# write_kubeconfig FILE PORT CA USER TOKEN: a kubeconfig (owner-only) for one bearer token.
+write_kubeconfig() {
+  local file=$1 port=$2 ca=$3 user=$4 token=$5
+  (
+    umask 077
+    cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: conflux-test
+  cluster:
+    server: https://127.0.0.1:$port
+    certificate-authority-data: $(base64 -w0 <"$ca")
+users:
+- name: $user
+  user:
+    token: $token
+contexts:
+- name: conflux-test
+  context:
+    cluster: conflux-test
+    user: $user
+current-context: conflux-test
+EOF
+  )
+}
+
+# The real Flux beside the cluster in $1: Git over HTTP, Flux's CRDs and default RBAC, the four
+# controllers and Flux Operator as processes with their own ServiceAccount tokens.
+start_flux() {
+  local dir=$1
+  [ -f "$flux_dir/.complete" ] || die "the Flux binaries are not built" "run 'hack/cluster.sh build --flux' first"
+  local k="$bin_dir/kubectl --kubeconfig $dir/kubeconfig"
+  local fdir="$dir/flux"
+  mkdir -p "$fdir/git" "$fdir/storage" "$fdir/operator-storage"
+  local api_port
+  api_port=$(sed -n 's|.*server: https://127.0.0.1:\([0-9]*\)$|\1|p' "$dir/kubeconfig")
+
+  local git_port
+  pick_port git_port
+  log "starting the Git server on 127.0.0.1:$git_port"
+  start_bg gitserver "$dir" "$flux_dir/bin/gitserver" -addr "127.0.0.1:$git_port" -root "$fdir/git"
+  if ! wait_for gitserver 40 "$dir/gitserver.log" curl -s -o /dev/null "http://127.0.0.1:$git_port/"; then
+    die "the Git server did not start (log: $dir/gitserver.log)" "read the log above"
+  fi
+  printf 'http://127.0.0.1:%s\n' "$git_port" >"$dir/git-url"
+
+  log "installing Flux $FLUX_VERSION's CRDs and default RBAC"
+  run_logged "installing the Flux CRDs" "$fdir/install.log" $k apply --server-side -f "$flux_dir/crds/"
+  {
+    $k create namespace flux-system
+    local sa
+    for sa in source-controller kustomize-controller helm-controller notification-controller flux-operator; do
+      $k -n flux-system create serviceaccount "$sa"
+    done
+    $k apply -f "$flux_dir/rbac/"
+    # Flux Operator's own installation binds cluster-admin: a ResourceSet applies any kind.
+    $k create clusterrolebinding flux-operator --clusterrole cluster-admin --serviceaccount flux-system:flux-operator
+    $k wait --for condition=established --timeout 60s -f "$flux_dir/crds/"
+  } >>"$fdir/install.log" 2>&1 || { tail -n 20 "$fdir/install.log" >&2; die "installing Flux failed (log: $fdir/install.log)"; }
+
+  local events_port receiver_port storage_port
+  pick_port events_port
+  pick_port receiver_port
+  pick_port storage_port
+  local events="http://127.0.0.1:$events_port"
+
+  # flux_controller NAME SA BINARY ARGS...: one controller with its own ServiceAccount token.
+  flux_controller() {
+    local name=$1 sa=$2 binary=$3 metrics health token
+    shift 3
+    pick_port metrics
+    pick_port health
+    token=$($k -n flux-system create token "$sa" --duration 48h)
+    write_kubeconfig "$fdir/$name.kubeconfig" "$api_port" "$dir/certs/ca.crt" "$sa" "$token"
+    start_bg "$name" "$dir" env KUBECONFIG="$fdir/$name.kubeconfig" RUNTIME_NAMESPACE=flux-system \
+      "$flux_dir/bin/$binary" --metrics-addr "127.0.0.1:$metrics" --health-addr "127.0.0.1:$health" \
+      --enable-leader-election=false --log-encoding json "$@"
+    printf '%s\n' "$health" >"$fdir/$name.health-port"
+    printf '%s\n' "$metrics" >"$fdir/$name.metrics-port"
+  }
+  log "starting source-, kustomize-, helm- and notification-controller and Flux Operator"
+  flux_controller notification-controller notification-controller notification-controller \
+    --events-addr "127.0.0.1:$events_port" --receiverAddr "127.0.0.1:$receiver_port"
+  flux_controller source-controller source-controller source-controller \
+    --events-addr "$events" --storage-path "$fdir/storage" \
+    --storage-addr "127.0.0.1:$storage_port" --storage-adv-addr "127.0.0.1:$storage_port"
+  # Two shards of kustomize-controller, as Flux shards in production: the default one with Flux's
+  # own config watchers, and one with them off (Kustomizations labelled
+  # sharding.fluxcd.io/key=nowatch), where only conflux's flux-trigger reacts to config changes.
+  flux_controller kustomize-controller kustomize-controller kustomize-controller \
+    --events-addr "$events" --watch-label-selector '!sharding.fluxcd.io/key'
+  flux_controller kustomize-controller-nowatch kustomize-controller kustomize-controller \
+    --events-addr "$events" --watch-label-selector 'sharding.fluxcd.io/key=nowatch' \
+    --feature-gates DisableConfigWatchers=true
+  flux_controller helm-controller helm-controller helm-controller --events-addr "$events"
+  flux_controller flux-operator flux-operator flux-operator \
+    --storage-path "$fdir/operator-storage" --web-server-port 0
+  printf '%s\n' "$receiver_port" >"$fdir/receiver-port"
+
+  local name
+  for name in notification-controller source-controller kustomize-controller kustomize-controller-nowatch helm-controller flux-operator; do
+    if ! wait_for "$name" 240 "$dir/$name.log" curl -sf "http://127.0.0.1:$(cat "$fdir/$name.health-port")/readyz"; then
+      die "$name did not become ready (log: $dir/$name.log)" "read the log above"
+    fi
+  done
+  log "Flux $FLUX_VERSION and Flux Operator $FLUX_OPERATOR_VERSION are ready"
 }
 
 cmd_down() {
   local dir=${1:-$repo_root/target/cluster}
   [ -d "$dir" ] || return 0
-  local name pid
-  for name in kube-controller-manager kube-apiserver etcd; do
+  local name pid names
+  # Everything `up` started, newest first (Flux before the API server it talks to).
+  names=$( { [ -f "$dir/processes" ] && tac "$dir/processes"; printf '%s\n' kube-controller-manager kube-apiserver etcd; } | awk '!seen[$0]++')
+  for name in $names; do
     [ -f "$dir/$name.pid" ] || continue
     pid=$(cat "$dir/$name.pid")
     if kill -0 "$pid" 2>/dev/null; then
@@ -351,14 +528,25 @@ cmd_down() {
     fi
     rm -f "$dir/$name.pid"
   done
+  rm -f "$dir/processes"
   log "stopped cluster in $dir"
 }
 
+cmd_env() {
+  local dir=${1:-$repo_root/target/cluster}
+  dir=$(cd "$dir" 2>/dev/null && pwd) || die "no cluster directory $1" "run 'hack/cluster.sh up $1' first"
+  echo "export KUBECONFIG=$dir/kubeconfig"
+  [ -f "$dir/git-url" ] && echo "export CONFLUX_GIT_URL=$(cat "$dir/git-url")"
+  return 0
+}
+
 case ${1:-} in
-  build) cmd_build ;;
+  build) shift; cmd_build "$@" ;;
   up) shift; cmd_up "$@" ;;
   down) shift; cmd_down "$@" ;;
-  env) echo "export KUBECONFIG=${2:-$repo_root/target/cluster}/kubeconfig" ;;
+  env) shift; cmd_env "$@" ;;
   bin) echo "$bin_dir" ;;
-  *) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  flux-bin) echo "$flux_dir" ;;
+  gen-mods) cmd_gen_mods ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

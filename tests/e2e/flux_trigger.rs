@@ -1,4 +1,4 @@
-//! The flux-trigger controller against a real API server: minimal Flux CRDs, referrers, labelled
+//! The flux-trigger controller against a real API server: Flux's real CRDs, referrers, labelled
 //! and unlabelled ConfigMaps/Secrets, and exactly which objects get a new `requestedAt`.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,6 @@ use std::time::Duration;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Client;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
@@ -47,47 +46,12 @@ const FLUX_KINDS: [(&str, &str, &str, &str); 3] = [
 
 static CRDS: OnceCell<()> = OnceCell::const_new();
 
-/// Installs minimal CRDs for the three Flux kinds (any fields kept) once per test binary.
+/// Installs Flux's real CRDs of the three kinds once per test binary.
 async fn install_flux_crds(client: &Client) {
     CRDS.get_or_init(|| async {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        for (group, version, kind, plural) in FLUX_KINDS {
-            let crd: CustomResourceDefinition = serde_json::from_value(json!({
-                "apiVersion": "apiextensions.k8s.io/v1",
-                "kind": "CustomResourceDefinition",
-                "metadata": {"name": format!("{plural}.{group}")},
-                "spec": {
-                    "group": group,
-                    "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                    "scope": "Namespaced",
-                    "versions": [{
-                        "name": version, "served": true, "storage": true,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                        "subresources": {"status": {}}
-                    }]
-                }
-            }))
-            .expect("crd object");
-            crds.patch(
-                &crd.metadata.name.clone().unwrap_or_default(),
-                &PatchParams::apply("conflux-test").force(),
-                &Patch::Apply(&crd),
-            )
-            .await
-            .expect("apply crd");
-        }
         for (group, _, _, plural) in FLUX_KINDS {
-            let name = format!("{plural}.{group}");
-            eventually(&format!("CRD {name} established"), Duration::from_secs(60), || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    let crd = crds.get(&name).await.ok()?;
-                    let established = crd.status?.conditions?.iter().any(|c| c.type_ == "Established" && c.status == "True");
-                    established.then_some(())
-                }
-            })
-            .await;
+            let crd = conflux_tests::objects::flux_crd(group, plural);
+            conflux_tests::objects::install_crd(client, "conflux-test", &crd).await;
         }
     })
     .await;

@@ -464,7 +464,7 @@ async fn statefulsets_daemonsets_and_cronjobs_roll_too() {
         ),
         (
             "CronJob",
-            "batch/v1beta1",
+            "batch/v1",
             "cronjobs",
             json!({"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": cron_template}}}),
         ),

@@ -1,9 +1,11 @@
 //! Test harness: one real control plane (etcd, kube-apiserver, kube-controller-manager) per test
-//! binary, started through `hack/cluster.sh` (docs/design.md section 7).
+//! binary, started through `hack/cluster.sh` (docs/design.md section 7), and with
+//! [`flux_cluster`] the real Flux controllers, Flux Operator and a Git server beside it.
 //!
-//! The first call to [`cluster`] builds the binaries if they are not cached yet, starts the cluster
-//! in `target/test-clusters/<binary>-<pid>` and spawns a detached reaper that stops exactly those
-//! processes once this test process is gone, however it ends (success, panic, abort or kill).
+//! The first call to [`cluster`] (or [`flux_cluster`]) builds the binaries if they are not cached
+//! yet, starts the cluster in `target/test-clusters/<binary>-<pid>` and spawns a detached reaper
+//! that stops exactly those processes once this test process is gone, however it ends (success,
+//! panic, abort or kill). A test binary uses one of the two, never both.
 //! Every test gets its own [`kube::Client`] (clients are tied to the tokio runtime of the test that
 //! built them) and isolates itself in a unique namespace from [`Cluster::namespace`].
 
@@ -28,9 +30,11 @@ use kube::{Client, Config};
 pub struct Cluster {
     dir: PathBuf,
     kubeconfig: PathBuf,
+    git_url: Option<String>,
 }
 
 static CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
+static FLUX_CLUSTER: OnceLock<Result<Cluster, String>> = OnceLock::new();
 static NAMESPACE_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// The repository root (this crate lives in `<root>/tests`).
@@ -47,18 +51,34 @@ pub fn repo_root() -> PathBuf {
 /// When the cluster cannot be built or started, with the reason (a test that needs Kubernetes must
 /// fail then, never pass silently).
 pub fn cluster() -> &'static Cluster {
-    match CLUSTER.get_or_init(start) {
+    match CLUSTER.get_or_init(|| start(false)) {
         Ok(cluster) => cluster,
         Err(reason) => panic!("the test cluster could not start: {reason}"),
     }
 }
 
-fn start() -> Result<Cluster, String> {
+/// The cluster of this test binary with the real Flux beside it (`hack/cluster.sh up --flux`):
+/// source-, kustomize- (two shards: Flux's config watchers on, and off for Kustomizations
+/// labelled `sharding.fluxcd.io/key=nowatch`), helm- and notification-controller, Flux Operator,
+/// and a Git server at [`Cluster::git_url`]. Started on first use.
+///
+/// # Panics
+/// As [`cluster`].
+pub fn flux_cluster() -> &'static Cluster {
+    match FLUX_CLUSTER.get_or_init(|| start(true)) {
+        Ok(cluster) => cluster,
+        Err(reason) => panic!("the test cluster with Flux could not start: {reason}"),
+    }
+}
+
+fn start(flux: bool) -> Result<Cluster, String> {
     let root = repo_root();
     let script = root.join("hack/cluster.sh");
+    let flux_arg: &[&str] = if flux { &["--flux"] } else { &[] };
     let build = Command::new("bash")
         .arg(&script)
         .arg("build")
+        .args(flux_arg)
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
         .status()
@@ -80,6 +100,7 @@ fn start() -> Result<Cluster, String> {
         .arg(&script)
         .arg("up")
         .arg(&dir)
+        .args(flux_arg)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .output()
@@ -95,9 +116,13 @@ fn start() -> Result<Cluster, String> {
         ));
     }
     spawn_reaper(&script, &dir)?;
+    let git_url = std::fs::read_to_string(dir.join("git-url"))
+        .ok()
+        .map(|url| url.trim().to_owned());
     Ok(Cluster {
         kubeconfig: dir.join("kubeconfig"),
         dir,
+        git_url,
     })
 }
 
@@ -166,6 +191,59 @@ impl Cluster {
     /// Path of the admin kubeconfig.
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
+    }
+
+    /// The Git server's base URL (`$CONFLUX_GIT_URL`), when the cluster runs Flux.
+    pub fn git_url(&self) -> Option<&str> {
+        self.git_url.as_deref()
+    }
+
+    /// Commits `files` (path, content) as the whole tree of a new commit and pushes it, forced, to
+    /// `<git_url>/<repo>.git` on branch `main`; returns the commit's SHA.
+    ///
+    /// # Panics
+    /// When the cluster runs no Git server or git fails.
+    pub fn git_push(&self, repo: &str, files: &[(&str, &str)]) -> String {
+        let url = format!(
+            "{}/{repo}.git",
+            self.git_url()
+                .expect("the cluster runs no Git server (use flux_cluster)")
+        );
+        let n = NAMESPACE_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let work = self.dir.join(format!("git-work/{repo}-{n}"));
+        let _ = std::fs::remove_dir_all(&work);
+        for (path, content) in files {
+            let file = work.join(path);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent).expect("git work dir");
+            }
+            std::fs::write(&file, content).expect("git work file");
+        }
+        std::fs::create_dir_all(&work).expect("git work dir");
+        let git = |args: &[&str]| {
+            let out = Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=conflux-test",
+                    "-c",
+                    "user.email=test@conflux.invalid",
+                ])
+                .args(args)
+                .current_dir(&work)
+                .output()
+                .unwrap_or_else(|e| panic!("git {args:?}: {e}"));
+            assert!(
+                out.status.success(),
+                "git {args:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        };
+        git(&["init", "--quiet", "--initial-branch=main"]);
+        git(&["add", "--all"]);
+        git(&["commit", "--quiet", "--allow-empty", "-m", "test"]);
+        git(&["push", "--quiet", "--force", &url, "main"]);
+        git(&["rev-parse", "HEAD"])
     }
 
     /// A kube `Config` for the admin user.

@@ -1,6 +1,7 @@
 //! Writing test objects: server-side apply of JSON manifests of the kinds the tests and
-//! benchmarks use, and the CRDs they need (the committed ConfigSync CRD, a minimal Flux
-//! Kustomization CRD), installed once and waited for until established.
+//! benchmarks use, and the CRDs they need (the committed ConfigSync CRD, and Flux's and Flux
+//! Operator's real CRDs from the versions `hack/cluster.sh build --flux` built), installed once
+//! and waited for until established.
 
 use std::time::Duration;
 
@@ -26,6 +27,10 @@ pub async fn apply(client: &Client, manager: &str, object: &Value) {
         "CronJob" => "cronjobs",
         "RoleBinding" => "rolebindings",
         "Kustomization" => "kustomizations",
+        "GitRepository" => "gitrepositories",
+        "HelmRelease" => "helmreleases",
+        "Receiver" => "receivers",
+        "ResourceSet" => "resourcesets",
         "ConfigSync" => "configsyncs",
         other => panic!("no plural for {other}"),
     };
@@ -56,14 +61,68 @@ pub fn config_sync_crd() -> CustomResourceDefinition {
     serde_saphyr::from_str(&text).expect("deploy/crds/configsync.yaml is a CRD")
 }
 
-/// A minimal Flux Kustomization CRD (`kustomize.toolkit.fluxcd.io/v1`, any fields).
+/// Flux's real Kustomization CRD (`kustomize.toolkit.fluxcd.io`), from the kustomize-controller
+/// module the test ground builds.
 pub fn kustomization_crd() -> CustomResourceDefinition {
-    minimal_crd(
-        "kustomize.toolkit.fluxcd.io",
-        "v1",
-        "Kustomization",
-        "kustomizations",
-    )
+    flux_crd("kustomize.toolkit.fluxcd.io", "kustomizations")
+}
+
+/// A real CRD of Flux or Flux Operator, `<plural>.<group>`, as shipped in the module version that
+/// `hack/cluster.sh build --flux` builds (it is built first if it is not cached yet).
+///
+/// # Panics
+/// When the Flux build fails or the CRD is not among those shipped.
+pub fn flux_crd(group: &str, plural: &str) -> CustomResourceDefinition {
+    let path = flux_manifests().join(format!("crds/{group}_{plural}.yaml"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{} is a CRD: {e}", path.display()))
+}
+
+/// Every CRD of Flux (source, kustomize, helm, notification) and Flux Operator that the test ground
+/// installs with `hack/cluster.sh up --flux`.
+pub fn flux_crds() -> Vec<CustomResourceDefinition> {
+    let dir = flux_manifests().join("crds");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    paths.sort();
+    paths
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path)
+                .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+            serde_saphyr::from_str(&text)
+                .unwrap_or_else(|e| panic!("{} is a CRD: {e}", path.display()))
+        })
+        .collect()
+}
+
+/// The cached directory of the Flux build (`bin/`, `crds/`, `rbac/`), built on first use.
+fn flux_manifests() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let script = repo_root().join("hack/cluster.sh");
+        let build = std::process::Command::new("bash")
+            .arg(&script)
+            .args(["build", "--flux"])
+            .status()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(
+            build.success(),
+            "`{} build --flux` failed",
+            script.display()
+        );
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .arg("flux-bin")
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
 }
 
 /// A namespaced CRD that accepts any fields, with a status subresource.

@@ -733,18 +733,18 @@ async fn reload_consumer_of_a_missing_key_still_rolls() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reload_of_a_workload_kind_whose_version_the_cluster_does_not_serve() {
-    // This cluster (Kubernetes 1.20) serves CronJobs only as batch/v1beta1, not batch/v1: the
-    // version is discovered, said once, and a CronJob still rolls.
+async fn reload_of_a_batch_v1_cron_job_whose_version_is_discovered() {
+    // The served CronJob version (batch/v1 on current Kubernetes; batch/v1beta1 before 1.21) is
+    // discovered, said once, and a CronJob rolls.
     let case = Case::new("rl-kind").await;
     let ns = case.ns.clone();
     good_reload_neighbour(&case).await;
     let lines = case.log_lines(|l| l["message"] == "reload: watching" && l["kind"] == "CronJob");
     assert_eq!(lines.len(), 1, "said once: {lines:?}");
-    assert_eq!(lines[0]["version"], "v1beta1");
+    assert_eq!(lines[0]["version"], "v1");
     case.config_map(&ns, "job-cfg", json!({"v": "1"}), json!({}))
         .await;
-    case.apply(json!({"apiVersion": "batch/v1beta1", "kind": "CronJob",
+    case.apply(json!({"apiVersion": "batch/v1", "kind": "CronJob",
                       "metadata": {"name": "nightly", "namespace": ns,
                                    "annotations": {"reloader.stakater.com/auto": "true"}},
                       "spec": {"schedule": "0 3 * * *", "suspend": true,
@@ -755,13 +755,13 @@ async fn reload_of_a_workload_kind_whose_version_the_cluster_does_not_serve() {
         .await;
     case.wait_for(
         "the CronJob's baseline",
-        ("batch/v1beta1", "CronJob", Some(&ns), "nightly"),
+        ("batch/v1", "CronJob", Some(&ns), "nightly"),
         |c| c["metadata"]["annotations"]["conflux.dev/config-hash-baseline"].is_string(),
     )
     .await;
     case.config_map(&ns, "job-cfg", json!({"v": "2"}), json!({}))
         .await;
-    case.wait_for("the CronJob rolls", ("batch/v1beta1", "CronJob", Some(&ns), "nightly"), |c| {
+    case.wait_for("the CronJob rolls", ("batch/v1", "CronJob", Some(&ns), "nightly"), |c| {
         c["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]["conflux.dev/config-hash"].is_string()
     })
     .await;

@@ -17,12 +17,19 @@ fn conflux(args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
         command.env(key, value);
     }
     let mut child = command.spawn().expect("conflux starts");
-    child
+    let written = child
         .stdin
         .take()
         .expect("stdin is piped")
-        .write_all(stdin.as_bytes())
-        .expect("stdin written");
+        .write_all(stdin.as_bytes());
+    // A usage error exits before reading stdin: its pipe may close before the write.
+    if let Err(err) = written {
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "stdin written: {err}"
+        );
+    }
     child.wait_with_output().expect("conflux finishes")
 }
 

@@ -1,0 +1,3 @@
+module conflux.dev/testground/gitserver
+
+go 1.26.0

@@ -1,0 +1,25 @@
+# The test ground's pinned versions (sourced by hack/cluster.sh). Changing one: edit it here, run
+# `hack/cluster.sh gen-mods` to regenerate the wrapper modules' go.mod and go.sum, commit both.
+# The binaries are cached under $CONFLUX_CLUSTER_CACHE keyed by these versions.
+
+# Kubernetes (kube-apiserver, kube-controller-manager, kubectl) from k8s.io/kubernetes; its
+# staging modules are published as k8s.io/X v0.N.M.
+K8S_VERSION=v1.37.2
+# etcd from go.etcd.io/etcd/server/v3.
+ETCD_VERSION=v3.6.16
+
+# Flux 2.9.5's controllers (the versions its distribution pins). Flux 2.10 cannot be built here:
+# the Go module proxy serves neither helm-controller v1.7.x nor notification-controller v1.10.x.
+FLUX_VERSION=v2.9.5
+SOURCE_CONTROLLER_VERSION=v1.9.5
+KUSTOMIZE_CONTROLLER_VERSION=v1.9.5
+HELM_CONTROLLER_VERSION=v1.6.4
+# Flux 2.9.5 pins v1.9.4, which the proxy does not serve; v1.9.3 is the newest 1.9 patch it has.
+NOTIFICATION_CONTROLLER_VERSION=v1.9.3
+# Flux Operator (cmd/operator). v0.59.0 needs Go 1.27; v0.58.0 is the newest that builds on Go 1.26.
+FLUX_OPERATOR_VERSION=v0.58.0
+
+# Replaces added to a wrapper module beyond its upstream's, each `module=module@version`, for a
+# dependency version the Go module proxy does not serve (the nearest served patch instead).
+# source-controller v1.9.5 requires github.com/fluxcd/pkg/artifact v0.18.3; the proxy serves v0.18.0.
+SOURCE_CONTROLLER_EXTRA_REPLACES="github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0"
