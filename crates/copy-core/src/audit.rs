@@ -58,6 +58,10 @@ use crate::source::{ConfigObject, SourceRef};
 pub struct AuditOptions {
     /// `--sync-source-namespaces`: where kopy-annotated sources may fan out.
     pub sync_source_namespaces: Vec<String>,
+    /// `--copy-resourceset-targets`: also judge the copies of targets a Flux Operator
+    /// ResourceSet generates. Off (the default): Flux Operator copies those under its own RBAC,
+    /// so they are reported as its copies, allowed without conflux's consent.
+    pub resource_set_targets: bool,
 }
 
 /// What makes the copy.
@@ -196,6 +200,7 @@ pub fn audit(objects: &[Value], options: &AuditOptions) -> CopyAudit {
     for object in objects {
         pull(
             object,
+            options,
             &sources,
             &mut report.copies,
             &mut report.findings,
@@ -390,6 +395,7 @@ fn fan_out_copies(
 
 fn pull(
     object: &Value,
+    options: &AuditOptions,
     sources: &BTreeMap<ConfigKey, &Value>,
     copies: &mut Vec<CopyEdge>,
     findings: &mut Vec<Finding>,
@@ -426,7 +432,14 @@ fn pull(
         }
         Some(found) => {
             let consent_list = metadata_map(found, "annotations");
-            match consent::check(&source, consent_list.as_ref(), &target.namespace) {
+            let labels = metadata_map(object, "labels");
+            let flux_operator = crate::ownership::resource_set_of(labels.as_ref())
+                .filter(|_| !options.resource_set_targets);
+            let consent = match &flux_operator {
+                Some(_) => Ok(()),
+                None => consent::check(&source, consent_list.as_ref(), &target.namespace),
+            };
+            match consent {
                 Err(refusal) => {
                     findings.push(Finding::new(
                         Severity::Error,
@@ -440,7 +453,11 @@ fn pull(
                     Verdict::Refused(refusal)
                 }
                 Ok(()) => {
-                    let why = if source.namespace == target.namespace {
+                    let why = if let Some(resource_set) = &flux_operator {
+                        format!(
+                            "Flux Operator's: ResourceSet {resource_set} copies it with its own RBAC (conflux leaves it alone unless --copy-resourceset-targets)"
+                        )
+                    } else if source.namespace == target.namespace {
                         "same namespace".to_owned()
                     } else {
                         let list = consent_list
@@ -716,6 +733,7 @@ mod tests {
         );
         let trusted = AuditOptions {
             sync_source_namespaces: vec!["a".to_owned()],
+            ..AuditOptions::default()
         };
         let report = audit(&objects, &trusted);
         assert!(

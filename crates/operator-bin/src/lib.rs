@@ -4,6 +4,8 @@
 //! Decisions live in the pure halves of `watch-index`, `copy-core`, `postbuild-subst` and
 //! `reloader`; watches, schedulers and executors in their `runtime` halves. This crate only wires.
 
+pub mod fleet;
+pub mod kustomize;
 pub mod metrics;
 pub mod run;
 pub mod telemetry;

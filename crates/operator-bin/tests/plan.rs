@@ -16,6 +16,8 @@ fn conflux(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_conflux"))
         .arg("plan")
         .args(args)
+        // The built-in kustomize, so the result does not depend on a binary on PATH.
+        .args(["--kustomize", "builtin"])
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -63,9 +65,9 @@ fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
     let report = json(&out);
     for (code, object) in [
         ("WatchLabelMissing", "ConfigMap/team-b/runtime-info"),
-        ("CopyRefused", "ConfigMap/partner-x/monitoring-endpoints"),
         ("UndefinedVariable", "Kustomization/team-b/apps"),
         ("CoercedValue", "Kustomization/team-a/apps"),
+        ("InvalidWorkload", "Deployment/team-a/podinfo"),
         ("CopySourceMissing", "ConfigMap/team-a/trusted-ca"),
     ] {
         assert!(
@@ -74,8 +76,21 @@ fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
             findings(&report)
         );
     }
-    // Nothing else: the rest of the fleet is meant to be right.
+    // Nothing else: the rest of the fleet is meant to be right. The ResourceSet's copy into
+    // partner-x is Flux Operator's (as `conflux run` leaves it), unless conflux is to copy it.
     assert_eq!(findings(&report).len(), 5, "{:?}", findings(&report));
+    let out = conflux(&[&fleet(), "-o", "json", "--copy-resourceset-targets"], "");
+    let refused = json(&out);
+    assert!(has(
+        &refused,
+        "CopyRefused",
+        "ConfigMap/partner-x/monitoring-endpoints"
+    ));
+    // Every finding names its cluster and its file.
+    for finding in report["findings"].as_array().expect("findings") {
+        assert_eq!(finding["cluster"], "clusters/production", "{finding}");
+        assert!(finding["file"].is_string(), "{finding}");
+    }
     let undefined = &report["findings"]
         .as_array()
         .and_then(|f| f.iter().find(|f| f["code"] == "UndefinedVariable"))
@@ -142,8 +157,10 @@ fn json_has_the_documented_shape() {
         "findings",
         &["severity", "code", "domain", "object", "message"],
     );
-    assert_eq!(report["summary"]["errors"], 3);
-    assert_eq!(report["summary"]["warnings"], 2);
+    assert_eq!(report["summary"]["errors"], 1);
+    assert_eq!(report["summary"]["warnings"], 4);
+    assert_eq!(report["clusters"][0]["name"], "clusters/production");
+    assert_eq!(report["clusters"][0]["summary"]["errors"], 1);
     assert_eq!(report["summary"]["failOn"], "error");
     assert_eq!(report["summary"]["failed"], true);
 
@@ -179,7 +196,7 @@ fn text_and_dot_outputs() {
         !stdout.contains('\x1b'),
         "no colour when stdout is not a terminal"
     );
-    assert!(stdout.contains("3 errors, 2 warnings, 0 info"), "{stdout}");
+    assert!(stdout.contains("1 errors, 4 warnings, 0 info"), "{stdout}");
 
     let out = conflux(&[&fleet(), "--output", "dot"], "");
     assert_eq!(out.status.code(), Some(1));

@@ -7,7 +7,7 @@
 //! `replicas: << inputs.replicas >>` gives a number. Objects annotated
 //! `fluxcd.controlplane.io/reconcile: disabled` are dropped, the first object with a given group,
 //! kind, namespace and name wins, and `spec.commonMetadata` labels and annotations are set on
-//! every object.
+//! every object, with Flux Operator's [`NAME_LABEL`] and [`NAMESPACE_LABEL`].
 //!
 //! Only the simple substitution of the template language is supported: `<< inputs.a.b >>`,
 //! optionally `| quote`, with `<<-`/`->>` trimming. Anything else (sprig functions, `if`,
@@ -208,10 +208,30 @@ pub fn expand(resource_set: &Value) -> Expansion {
                 }
             }
         }
+        // Flux Operator labels every object it generates with its ResourceSet.
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            let labels = metadata
+                .entry("labels")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Some(labels) = labels.as_object_mut() {
+                let owner = [
+                    (NAME_LABEL, text(resource_set, "/metadata/name")),
+                    (NAMESPACE_LABEL, text(resource_set, "/metadata/namespace")),
+                ];
+                for (label, value) in owner {
+                    labels.insert(label.to_owned(), Value::String(value.to_owned()));
+                }
+            }
+        }
         expansion.objects.push(object);
     }
     expansion
 }
+
+/// The label Flux Operator puts on every object a ResourceSet generates: its name.
+pub const NAME_LABEL: &str = "resourceset.fluxcd.controlplane.io/name";
+/// The label Flux Operator puts on every object a ResourceSet generates: its namespace.
+pub const NAMESPACE_LABEL: &str = "resourceset.fluxcd.controlplane.io/namespace";
 
 fn template_finding(
     report: &mut impl FnMut(Severity, &'static str, String) -> Finding,

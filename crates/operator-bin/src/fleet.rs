@@ -1,0 +1,593 @@
+//! A Flux fleet repository read as Flux builds it, one cluster at a time, for `conflux plan`.
+//!
+//! A cluster starts where Flux starts on it: its `flux-system` Kustomization (the sync that
+//! `flux bootstrap` writes) or a `FluxInstance`'s `spec.sync`. From there the Kustomization graph
+//! is followed: every Flux `Kustomization` an applied Kustomization produces, whose source is the
+//! cluster's own source, is built in turn with its `spec.path` relative to the repository root.
+//! Each build is what kustomize-controller applies:
+//! 1. a path without a `kustomization.yaml` gets Flux's generated one (fluxcd/pkg `kustomize`
+//!    `scanManifests`): every `.yaml`/`.yml` file below it, except that a sub-directory with its
+//!    own kustomization file is one resource and is not looked into;
+//! 2. the kustomize build ([`crate::kustomize`]): the real `kustomize` binary when there is one,
+//!    else the built-in subset, which reports what it does not do;
+//! 3. the Kustomization's own `targetNamespace`, `namePrefix`/`nameSuffix`, `patches`,
+//!    `components`, `images` and `commonMetadata`;
+//! 4. `postBuild` substitution, with the variables of the objects found so far.
+//!
+//! Objects outside the cluster's source (other repositories, Terraform, External Secrets) are not
+//! followed and are at most warnings. This module reads files and may run a process; the
+//! decisions about the objects stay with the library crates' audits.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
+use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
+use serde_json::{Map, Value, json};
+
+use crate::kustomize::{Engine, Object, normalize};
+
+/// One problem found while reading the fleet (not while auditing its objects).
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// 1 warning, 2 error.
+    pub level: usize,
+    /// A stable reason code.
+    pub code: &'static str,
+    /// The object or path concerned.
+    pub object: String,
+    /// The file, relative to the repository root, when known.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What one Flux Kustomization applies.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The Kustomization, as its parent applies it.
+    pub kustomization: Value,
+    /// Its objects after the kustomize build and before `postBuild`.
+    pub resources: Vec<Object>,
+}
+
+/// One cluster: its entry point, what each Kustomization applies, and the reading problems.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    /// The cluster's directory, relative to the repository root (`clusters/staging`).
+    pub name: String,
+    /// Every object applied to the cluster, after `postBuild`, with its file.
+    pub objects: Vec<Object>,
+    /// What each Kustomization applies, in the order Flux reaches them.
+    pub applied: Vec<Applied>,
+    /// Problems found while reading.
+    pub problems: Vec<Problem>,
+}
+
+fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn group(object: &Value) -> &str {
+    text(object, "/apiVersion")
+        .rsplit_once('/')
+        .map_or("", |(g, _)| g)
+}
+
+/// A Flux `Kustomization` (not a kustomize configuration file).
+pub fn is_flux_kustomization(object: &Value) -> bool {
+    group(object) == "kustomize.toolkit.fluxcd.io" && text(object, "/kind") == "Kustomization"
+}
+
+fn is_flux_instance(object: &Value) -> bool {
+    group(object) == "fluxcd.controlplane.io" && text(object, "/kind") == "FluxInstance"
+}
+
+/// `Kind/namespace/name` (`Kind/name` without a namespace).
+pub fn object_name(object: &Value) -> String {
+    let (kind, name) = (text(object, "/kind"), text(object, "/metadata/name"));
+    match text(object, "/metadata/namespace") {
+        "" => format!("{kind}/{name}"),
+        namespace => format!("{kind}/{namespace}/{name}"),
+    }
+}
+
+/// A cluster entry point: the Kustomization Flux starts with and the file declaring it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The root Kustomization (synthesised for a FluxInstance).
+    pub kustomization: Value,
+    /// Where it is declared.
+    pub file: String,
+}
+
+/// The sync Kustomization a FluxInstance makes: `flux-system` in its namespace, from the source
+/// of the same name.
+fn instance_sync(instance: &Value) -> Option<Value> {
+    let path = instance.pointer("/spec/sync/path")?.as_str()?;
+    let namespace = match text(instance, "/metadata/namespace") {
+        "" => "flux-system",
+        namespace => namespace,
+    };
+    let kind = match text(instance, "/spec/sync/kind") {
+        "" => "GitRepository",
+        kind => kind,
+    };
+    Some(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "flux-system", "namespace": namespace},
+        "spec": {"path": path, "sourceRef": {"kind": kind, "name": "flux-system"}},
+    }))
+}
+
+/// The sync Kustomization of the `flux-instance` Helm chart: `spec.values.instance.sync`.
+fn chart_instance_sync(release: &Value) -> Option<Value> {
+    let sync = release.pointer("/spec/values/instance/sync")?;
+    let instance = json!({"metadata": {"namespace": text(release, "/metadata/namespace")},
+                          "spec": {"sync": sync}});
+    instance_sync(&instance)
+}
+
+/// Finds the cluster entry points among `documents` (objects with their files), one per cluster
+/// directory:
+/// - a Flux Kustomization whose `spec.path` contains its own file (the sync applies itself, as
+///   `flux bootstrap` writes it); at the repository root only when it is named `flux-system`;
+/// - a FluxInstance's `spec.sync.path`, or the same in the values of a HelmRelease of the
+///   `flux-instance` chart;
+/// - a directory with a `flux-system` sub-directory holding `gotk-components.yaml` (a bootstrap
+///   layout whose sync file is not committed).
+pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
+    let mut found: BTreeMap<String, Entry> = BTreeMap::new();
+    for document in documents {
+        let Some(file) = &document.file else { continue };
+        let object = &document.object;
+        let kustomization = if is_flux_instance(object) {
+            instance_sync(object)
+        } else if text(object, "/kind") == "HelmRelease" {
+            chart_instance_sync(object)
+        } else if is_flux_kustomization(object) {
+            let path = normalize(text(object, "/spec/path"));
+            let name = text(object, "/metadata/name");
+            let contains = if path.is_empty() {
+                name == "flux-system"
+            } else {
+                file.starts_with(&format!("{path}/"))
+            };
+            contains.then(|| object.clone())
+        } else {
+            None
+        };
+        if let Some(kustomization) = kustomization {
+            let path = normalize(text(&kustomization, "/spec/path"));
+            let file = file.clone();
+            found.entry(path).or_insert(Entry {
+                kustomization,
+                file,
+            });
+        }
+    }
+    for file in files {
+        let Some(cluster) = file.strip_suffix("/flux-system/gotk-components.yaml") else {
+            continue;
+        };
+        let covered = found.keys().any(|path| path == cluster);
+        if !covered {
+            let kustomization = json!({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                "spec": {"path": cluster,
+                         "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+            });
+            let file = file.clone();
+            found.insert(
+                cluster.to_owned(),
+                Entry {
+                    kustomization,
+                    file,
+                },
+            );
+        }
+    }
+    // A sync nested in another cluster's directory is that cluster's, not a cluster of its own.
+    let paths: Vec<String> = found.keys().cloned().collect();
+    found.retain(|path, _| {
+        !paths.iter().any(|other| {
+            other != path && !other.is_empty() && path.starts_with(&format!("{other}/"))
+        })
+    });
+    found.into_values().collect()
+}
+
+/// Builds the cluster whose entry is `entry`: the Kustomization graph from it, every
+/// Kustomization built as kustomize-controller builds it. `external` are objects that exist in
+/// the cluster but not in the repository.
+pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Object]) -> Cluster {
+    let source = (
+        text(&entry.kustomization, "/spec/sourceRef/name").to_owned(),
+        match text(&entry.kustomization, "/metadata/namespace") {
+            "" => "flux-system".to_owned(),
+            namespace => namespace.to_owned(),
+        },
+    );
+    let mut cluster = Cluster {
+        name: normalize(text(&entry.kustomization, "/spec/path")),
+        objects: external.to_vec(),
+        ..Cluster::default()
+    };
+    let mut seen = BTreeSet::new();
+    let mut queue = VecDeque::from([(entry.kustomization.clone(), Some(entry.file.clone()))]);
+    while let Some((ks, file)) = queue.pop_front() {
+        if !seen.insert(object_name(&ks)) {
+            continue;
+        }
+        let Some(resources) = build_one(root, &ks, file.as_deref(), engine, &mut cluster) else {
+            continue;
+        };
+        let substituted = post_build(&ks, &resources, &cluster.objects, &mut cluster.problems);
+        let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
+        let root_url = source_url(&known, &entry.kustomization);
+        for object in &substituted {
+            if is_flux_kustomization(&object.object) && object.object != ks {
+                let same_url = root_url
+                    .as_deref()
+                    .is_some_and(|url| source_url(&known, &object.object).as_deref() == Some(url));
+                let follows = if same_url {
+                    Ok(())
+                } else {
+                    follows(&object.object, &source)
+                };
+                match follows {
+                    Ok(()) => queue.push_back((object.object.clone(), object.file.clone())),
+                    Err(why) => cluster.problems.push(Problem {
+                        level: 0,
+                        code: "SourceNotFollowed",
+                        object: object_name(&object.object),
+                        file: object.file.clone(),
+                        message: why,
+                    }),
+                }
+            }
+        }
+        cluster.objects.extend(substituted);
+        cluster.applied.push(Applied {
+            kustomization: ks,
+            resources,
+        });
+    }
+    cluster
+}
+
+/// The URL of a Kustomization's source (`spec.url` of the GitRepository/OCIRepository/Bucket
+/// it names, among `objects`), without a trailing `.git` or `/`.
+fn source_url(objects: &[&Object], ks: &Value) -> Option<String> {
+    let name = text(ks, "/spec/sourceRef/name");
+    let kind = text(ks, "/spec/sourceRef/kind");
+    let namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    let source = objects.iter().rev().find(|o| {
+        group(&o.object) == "source.toolkit.fluxcd.io"
+            && text(&o.object, "/kind") == kind
+            && text(&o.object, "/metadata/name") == name
+            && text(&o.object, "/metadata/namespace") == namespace
+    })?;
+    let url = text(&source.object, "/spec/url");
+    let url = url.trim_end_matches('/');
+    let url = url.strip_suffix(".git").unwrap_or(url);
+    (!url.is_empty()).then(|| url.to_owned())
+}
+
+/// Whether a child Kustomization's source is the cluster's own (the repository being read).
+fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), String> {
+    let source = text(ks, "/spec/sourceRef/name");
+    let source_namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    if source == name && (source_namespace == namespace || source_namespace.is_empty()) {
+        return Ok(());
+    }
+    let kind = text(ks, "/spec/sourceRef/kind");
+    Err(format!(
+        "its source {kind}/{source_namespace}/{source} is not this repository's ({namespace}/{name}): what it applies is not planned"
+    ))
+}
+
+/// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
+fn build_one(
+    root: &Path,
+    ks: &Value,
+    file: Option<&str>,
+    engine: &Engine,
+    cluster: &mut Cluster,
+) -> Option<Vec<Object>> {
+    let name = object_name(ks);
+    let path = text(ks, "/spec/path");
+    let mut problem = |level, code, message: String| {
+        cluster.problems.push(Problem {
+            level,
+            code,
+            object: name.clone(),
+            file: file.map(str::to_owned),
+            message,
+        });
+    };
+    if path.contains("${") {
+        problem(
+            2,
+            "PathNotFound",
+            format!("spec.path '{path}' still holds a variable after substitution"),
+        );
+        return None;
+    }
+    let dir = normalize(path);
+    let absolute = root.join(&dir);
+    if !absolute.is_dir() {
+        problem(
+            2,
+            "PathNotFound",
+            format!(
+                "spec.path '{path}' does not exist in the repository: kustomize-controller fails with 'kustomization path not found'"
+            ),
+        );
+        return None;
+    }
+    let overlay = FluxOverlay::of(ks);
+    match engine.build(root, &dir, &overlay) {
+        Ok(build) => {
+            for p in build.problems {
+                cluster.problems.push(Problem {
+                    object: name.clone(),
+                    ..p
+                });
+            }
+            let mut objects = build.objects;
+            overlay.common_metadata(&mut objects);
+            Some(objects)
+        }
+        Err(err) => {
+            cluster.problems.push(Problem {
+                level: 2,
+                code: "BuildFailed",
+                object: name,
+                file: file.map(str::to_owned),
+                message: format!("kustomize build of '{dir}' fails: {err}"),
+            });
+            None
+        }
+    }
+}
+
+/// The fields of a Flux Kustomization that kustomize-controller adds to the kustomization it
+/// builds (`targetNamespace`, `namePrefix`, `nameSuffix`, `patches`, `components`, `images`),
+/// and `commonMetadata`, which it sets on every object after the build.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FluxOverlay {
+    /// `spec.targetNamespace`.
+    pub namespace: Option<String>,
+    /// `spec.namePrefix`.
+    pub name_prefix: Option<String>,
+    /// `spec.nameSuffix`.
+    pub name_suffix: Option<String>,
+    /// `spec.patches`, as kustomize `patches` entries.
+    pub patches: Vec<Value>,
+    /// `spec.components`, relative to the path.
+    pub components: Vec<String>,
+    /// `spec.images`.
+    pub images: Vec<Value>,
+    /// `spec.commonMetadata`.
+    pub common_metadata: Option<Value>,
+}
+
+impl FluxOverlay {
+    fn of(ks: &Value) -> Self {
+        let string = |p: &str| ks.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let list = |p: &str| {
+            ks.pointer(p)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        FluxOverlay {
+            namespace: string("/spec/targetNamespace").filter(|s| !s.is_empty()),
+            name_prefix: string("/spec/namePrefix").filter(|s| !s.is_empty()),
+            name_suffix: string("/spec/nameSuffix").filter(|s| !s.is_empty()),
+            patches: list("/spec/patches"),
+            components: list("/spec/components")
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect(),
+            images: list("/spec/images"),
+            common_metadata: ks.pointer("/spec/commonMetadata").cloned(),
+        }
+    }
+
+    /// Whether kustomize has anything to add to the directory's own kustomization.
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_none()
+            && self.name_prefix.is_none()
+            && self.name_suffix.is_none()
+            && self.patches.is_empty()
+            && self.components.is_empty()
+            && self.images.is_empty()
+    }
+
+    /// `spec.commonMetadata`: labels and annotations on every object (kustomize-controller's
+    /// post-build step, which does not touch selectors).
+    fn common_metadata(&self, objects: &mut [Object]) {
+        let Some(common) = &self.common_metadata else {
+            return;
+        };
+        for object in objects {
+            for field in ["labels", "annotations"] {
+                let Some(extra) = common.get(field).and_then(Value::as_object) else {
+                    continue;
+                };
+                let Some(metadata) = object
+                    .object
+                    .get_mut("metadata")
+                    .and_then(Value::as_object_mut)
+                else {
+                    continue;
+                };
+                let map = metadata
+                    .entry(field)
+                    .or_insert_with(|| Value::Object(Map::new()));
+                if let Some(map) = map.as_object_mut() {
+                    map.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+                }
+            }
+        }
+    }
+}
+
+/// A Secret encrypted with SOPS (a top-level `sops` key): its values are never decoded.
+pub fn is_sops(object: &Value) -> bool {
+    text(object, "/kind") == "Secret" && object.get("sops").is_some_and(Value::is_object)
+}
+
+/// The Kustomization's resources after postBuild, substituted with the variables of the objects
+/// known so far (kustomize-controller's order: parents first). Resources that cannot be
+/// substituted are kept as built; the substitution audit reports them.
+fn post_build(
+    ks: &Value,
+    resources: &[Object],
+    known: &[Object],
+    problems: &mut Vec<Problem>,
+) -> Vec<Object> {
+    let Ok(post_build) = PostBuild::from_kustomization(ks) else {
+        return resources.to_vec();
+    };
+    let namespace = text(ks, "/metadata/namespace");
+    let find = |kind: &str, namespace: &str, name: &str| {
+        known.iter().rev().find(|o| {
+            text(&o.object, "/kind") == kind
+                && text(&o.object, "/metadata/name") == name
+                && text(&o.object, "/metadata/namespace") == namespace
+        })
+    };
+    let vars = load_variables(&post_build, |reference| {
+        let kind = reference.kind.as_str();
+        let mut found = find(kind, namespace, &reference.name);
+        // A pull copy holds its source's data once copied.
+        let copy_from = found.map(|o| {
+            text(
+                &o.object,
+                "/metadata/annotations/fluxcd.controlplane.io~1copyFrom",
+            )
+        });
+        if let Some((source_namespace, source_name)) = copy_from.and_then(|c| c.split_once('/')) {
+            found = find(kind, source_namespace, source_name).or(found);
+        }
+        match found {
+            Some(o) if is_sops(&o.object) => SourceLookup::Found(sops_placeholder(&o.object)),
+            Some(o) => SourceLookup::Found(o.object.clone()),
+            None => SourceLookup::NotFound,
+        }
+    });
+    let Ok(vars) = vars else {
+        return resources.to_vec();
+    };
+    let options = SubstitutionOptions::default();
+    let mut out = Vec::with_capacity(resources.len());
+    for resource in resources {
+        let object = match substitute_resource(&resource.object, &vars, &options) {
+            Ok(ResourceOutcome::Substituted(value)) => value,
+            Ok(_) => resource.object.clone(),
+            Err(_) => {
+                let _ = &problems;
+                resource.object.clone()
+            }
+        };
+        out.push(Object {
+            object,
+            file: resource.file.clone(),
+        });
+    }
+    out
+}
+
+/// A SOPS-encrypted Secret with its values replaced: the keys (variable names) stay, each value
+/// is the text `ENCRYPTED`, never the ciphertext or a decoded value.
+pub fn sops_placeholder(secret: &Value) -> Value {
+    let mut copy = secret.clone();
+    let mut keys = BTreeSet::new();
+    for field in ["data", "stringData"] {
+        if let Some(map) = secret.get(field).and_then(Value::as_object) {
+            keys.extend(map.keys().cloned());
+        }
+    }
+    if let Some(object) = copy.as_object_mut() {
+        object.remove("stringData");
+        object.remove("sops");
+        let data = keys
+            .into_iter()
+            .map(|k| (k, Value::String("RU5DUllQVEVE".to_owned())))
+            .collect();
+        object.insert("data".to_owned(), Value::Object(data));
+    }
+    copy
+}
+
+/// Reads every YAML document below `root` (for entry-point discovery and the flat mode), with
+/// its file relative to `root`. Hidden directories are skipped.
+pub fn read_tree(root: &Path, problems: &mut Vec<Problem>) -> Vec<Object> {
+    let mut out = Vec::new();
+    for path in yaml_files(root) {
+        let relative = relative(root, &path);
+        match crate::kustomize::read_documents(&path) {
+            Ok(documents) => out.extend(documents.into_iter().map(|object| Object {
+                object,
+                file: Some(relative.clone()),
+            })),
+            Err(err) => problems.push(Problem {
+                level: 1,
+                code: "InvalidInput",
+                object: relative.clone(),
+                file: Some(relative),
+                message: err,
+            }),
+        }
+    }
+    out
+}
+
+/// Every `.yaml`/`.yml` file below `root`, sorted; hidden directories are skipped.
+pub fn yaml_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let (path, name) = (entry.path(), entry.file_name());
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                if !name.starts_with('.') {
+                    dirs.push(path);
+                }
+            } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `path` relative to `root`, with `/` separators.
+pub fn relative(root: &Path, path: &Path) -> String {
+    let relative: PathBuf = path.strip_prefix(root).unwrap_or(path).to_path_buf();
+    relative.to_string_lossy().replace('\\', "/")
+}
+
+/// The directory of a file path (`a/b/c.yaml` → `a/b`).
+pub fn parent(file: &str) -> String {
+    file.rsplit_once('/')
+        .map_or(String::new(), |(d, _)| d.to_owned())
+}

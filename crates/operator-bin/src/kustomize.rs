@@ -1,0 +1,1036 @@
+//! The kustomize build of one Flux Kustomization path, as kustomize-controller runs it
+//! (fluxcd/pkg `kustomize`: `LoadRestrictionsNone`, built-in plugins only).
+//!
+//! Two engines:
+//! - [`Engine::Binary`]: the real `kustomize` (found on `PATH`, or `conflux plan --kustomize
+//!   PATH`), exact by construction. A temporary kustomization lists the path (or, for a path
+//!   without a kustomization file, the resources Flux's generator lists) and carries the Flux
+//!   Kustomization's own fields; `buildMetadata: [originAnnotations]` gives each object its file.
+//! - [`Engine::BuiltIn`]: the common subset, exact for what it does (proven against the binary by
+//!   `tests/kustomize_conformance.rs`): `resources` (files and directories), `components`,
+//!   `namespace`, `namePrefix`/`nameSuffix`, `commonLabels`, `labels`, `commonAnnotations`,
+//!   `configMapGenerator`/`secretGenerator` (`literals`, `files`, `envs`, options, hash suffixes)
+//!   with their name references in workloads. Every other field is a `KustomizeUnsupported`
+//!   warning naming it, and the objects are taken as they are without it.
+//!
+//! YAML is read as kustomize reads it (go-yaml v3): YAML 1.2 booleans, but `0644` is the octal
+//! 420.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::fleet::{FluxOverlay, Problem, relative};
+
+/// A built object and the file it came from, relative to the repository root.
+#[derive(Clone, PartialEq)]
+pub struct Object {
+    /// The object.
+    pub object: Value,
+    /// Its file (for generated objects: the kustomization file that generated it).
+    pub file: Option<String>,
+}
+
+/// By hand: the object may be a Secret.
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("object", &crate::fleet::object_name(&self.object))
+            .field("file", &self.file)
+            .finish()
+    }
+}
+
+/// What a build gives: the objects and the problems worth a finding.
+#[derive(Debug, Default)]
+pub struct Build {
+    /// The objects, in kustomize's output order.
+    pub objects: Vec<Object>,
+    /// What the build could not do exactly.
+    pub problems: Vec<Problem>,
+}
+
+/// How kustomize builds are run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Engine {
+    /// The real kustomize binary at this path.
+    Binary(PathBuf),
+    /// The built-in subset.
+    BuiltIn,
+}
+
+/// The names kustomize recognises as a kustomization file, in its order.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed.
+pub fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    parts.join("/")
+}
+
+/// `dir` joined with a relative `entry`, normalised.
+pub fn join(dir: &str, entry: &str) -> String {
+    if dir.is_empty() {
+        normalize(entry)
+    } else {
+        normalize(&format!("{dir}/{entry}"))
+    }
+}
+
+/// Parses a multi-document YAML file as kustomize does; `List` kinds are expanded, non-objects
+/// dropped.
+pub fn read_documents(path: &Path) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading: {e}"))?;
+    parse_documents(&text)
+}
+
+/// [`read_documents`] on text.
+pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+            let e = e.to_string();
+            format!("invalid YAML: {}", e.lines().next().unwrap_or_default())
+        })?;
+    let mut out = Vec::new();
+    for document in documents {
+        push(document, &mut out);
+    }
+    Ok(out)
+}
+
+fn push(document: Value, out: &mut Vec<Value>) {
+    let is_list = document
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"));
+    match document {
+        Value::Object(mut map) if is_list && map.get("items").is_some_and(Value::is_array) => {
+            if let Some(Value::Array(items)) = map.remove("items") {
+                items.into_iter().for_each(|i| push(i, out));
+            }
+        }
+        Value::Object(_) => out.push(document),
+        _ => {}
+    }
+}
+
+/// The kustomization file of a directory, if it has one.
+pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
+    KUSTOMIZATION_FILES
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// Flux's generator (fluxcd/pkg `kustomize` `scanManifests`): the resources of a directory
+/// without a kustomization file, relative to the root. A sub-directory with a kustomization file
+/// is one resource and is not looked into; other files count only as `.yaml`/`.yml`.
+pub fn generated_resources(root: &Path, dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    scan(root, &root.join(dir), &mut found);
+    found.sort();
+    found
+}
+
+fn scan(root: &Path, dir: &Path, found: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        if path.is_dir() {
+            if kustomization_file(&path).is_some() {
+                found.push(relative(root, &path));
+            } else {
+                scan(root, &path, found);
+            }
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            found.push(relative(root, &path));
+        }
+    }
+}
+
+impl Engine {
+    /// The engine to use: `flag` (`builtin` for the built-in one), else `kustomize` on `PATH`,
+    /// else the built-in one.
+    pub fn pick(flag: Option<&Path>) -> Engine {
+        match flag {
+            Some(path) if path == Path::new("builtin") => Engine::BuiltIn,
+            Some(path) => Engine::Binary(path.to_path_buf()),
+            None => std::env::var_os("PATH")
+                .and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("kustomize"))
+                        .find(|candidate| candidate.is_file())
+                })
+                .map_or(Engine::BuiltIn, Engine::Binary),
+        }
+    }
+
+    /// What kustomize-controller applies for the path `dir` (relative to `root`) with the Flux
+    /// Kustomization's own fields `overlay`.
+    pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, String> {
+        match self {
+            Engine::Binary(binary) => build_with_binary(binary, root, dir, overlay),
+            Engine::BuiltIn => build_in(root, dir, overlay),
+        }
+    }
+}
+
+/// Runs the real kustomize on a temporary kustomization that lists `dir` (see the module docs).
+fn build_with_binary(
+    binary: &Path,
+    root: &Path,
+    dir: &str,
+    overlay: &FluxOverlay,
+) -> Result<Build, String> {
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", root.display()))?;
+    let temp = TempDir::new()?;
+    // From the temporary directory to the filesystem root, then down to the repository.
+    let depth = temp.path.components().count().saturating_sub(1);
+    let up = "../".repeat(depth);
+    let to = |relative_to_root: &str| {
+        let absolute = root.join(relative_to_root);
+        let absolute = absolute.to_string_lossy();
+        format!("{up}{}", absolute.trim_start_matches('/'))
+    };
+    let own = kustomization_file(&root.join(dir)).is_some();
+    let resources: Vec<String> = if own {
+        vec![to(dir)]
+    } else {
+        generated_resources(&root, dir)
+            .iter()
+            .map(|r| to(r))
+            .collect()
+    };
+    let mut kustomization = Map::new();
+    kustomization.insert(
+        "apiVersion".into(),
+        json!("kustomize.config.k8s.io/v1beta1"),
+    );
+    kustomization.insert("kind".into(), json!("Kustomization"));
+    kustomization.insert("resources".into(), json!(resources));
+    kustomization.insert("buildMetadata".into(), json!(["originAnnotations"]));
+    if let Some(namespace) = &overlay.namespace {
+        kustomization.insert("namespace".into(), json!(namespace));
+    }
+    if let Some(prefix) = &overlay.name_prefix {
+        kustomization.insert("namePrefix".into(), json!(prefix));
+    }
+    if let Some(suffix) = &overlay.name_suffix {
+        kustomization.insert("nameSuffix".into(), json!(suffix));
+    }
+    if !overlay.patches.is_empty() {
+        kustomization.insert("patches".into(), Value::Array(overlay.patches.clone()));
+    }
+    if !overlay.images.is_empty() {
+        kustomization.insert("images".into(), Value::Array(overlay.images.clone()));
+    }
+    if !overlay.components.is_empty() {
+        let components = overlay.components.iter().map(|c| to(&join(dir, c)));
+        kustomization.insert("components".into(), json!(components.collect::<Vec<_>>()));
+    }
+    let text = serde_json::to_string(&Value::Object(kustomization)).map_err(|e| e.to_string())?;
+    std::fs::write(temp.path.join("kustomization.yaml"), text)
+        .map_err(|e| format!("writing a temporary kustomization: {e}"))?;
+    let output = Command::new(binary)
+        .args(["build", "--load-restrictor", "LoadRestrictionsNone"])
+        .arg(&temp.path)
+        .output()
+        .map_err(|e| format!("running {}: {e}", binary.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let root_text = root.to_string_lossy();
+        let stderr = stderr
+            .replace(&format!("{up}{}/", root_text.trim_start_matches('/')), "")
+            .replace(&format!("{root_text}/"), "");
+        let stderr = stderr.trim().trim_start_matches("Error: ");
+        // kustomize nests its errors: the cause is at the end.
+        return Err(tail(stderr, 240));
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let mut build = Build::default();
+    for mut object in parse_documents(&stdout)? {
+        let file = take_origin(&mut object).map(|origin| {
+            let path = normalize(&origin.replacen(&up, "", 1));
+            let root = normalize(&root.to_string_lossy());
+            path.strip_prefix(&format!("{root}/"))
+                .map_or(path.clone(), str::to_owned)
+        });
+        build.objects.push(Object { object, file });
+    }
+    if own && (overlay.name_prefix.is_some() || overlay.name_suffix.is_some()) {
+        build.problems.push(Problem {
+            level: 0,
+            code: "KustomizeApproximated",
+            object: dir.to_owned(),
+            file: None,
+            message: "spec.namePrefix/nameSuffix were applied on top of the path's kustomization (kustomize-controller replaces its namePrefix/nameSuffix)".to_owned(),
+        });
+    }
+    Ok(build)
+}
+
+/// Removes kustomize's `config.kubernetes.io/origin` annotation and returns its path (or, for a
+/// generated object, the kustomization file that configured it).
+fn take_origin(object: &mut Value) -> Option<String> {
+    let metadata = object.get_mut("metadata")?.as_object_mut()?;
+    let annotations = metadata.get_mut("annotations")?.as_object_mut()?;
+    let origin = annotations.remove("config.kubernetes.io/origin")?;
+    if annotations.is_empty() {
+        metadata.remove("annotations");
+    }
+    let origin = origin.as_str()?;
+    origin.lines().find_map(|line| {
+        line.strip_prefix("path: ")
+            .or_else(|| line.strip_prefix("configuredIn: "))
+            .map(str::to_owned)
+    })
+}
+
+/// Cuts `text` to `max` characters, saying how much was cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(max).collect();
+    format!("{kept}… ({} more characters)", count - max)
+}
+
+/// The last `max` characters of `text`, saying how much was cut.
+fn tail(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().skip(count - max).collect();
+    format!("…{kept}")
+}
+
+/// A temporary directory, removed when dropped.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<Self, String> {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("conflux-plan-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let path = path
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(TempDir { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The built-in subset.
+
+/// The fields of a kustomization the built-in engine applies.
+const SUPPORTED: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "resources",
+    "components",
+    "namespace",
+    "namePrefix",
+    "nameSuffix",
+    "commonLabels",
+    "labels",
+    "commonAnnotations",
+    "configMapGenerator",
+    "secretGenerator",
+    "generatorOptions",
+    "buildMetadata",
+];
+
+/// A built object with the names it had before prefixes, suffixes and hashes (kustomize's
+/// previous names), for name references.
+#[derive(Clone)]
+struct Item {
+    object: Object,
+    original: String,
+    generated: bool,
+    hash: bool,
+}
+
+fn build_in(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, String> {
+    let mut build = Build::default();
+    let own = kustomization_file(&root.join(dir)).is_some();
+    let mut kustomization = if own {
+        load_kustomization(root, dir)?.1
+    } else {
+        let resources = generated_resources(root, dir);
+        let base = |r: &String| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned();
+        let resources: Vec<String> = resources
+            .iter()
+            .map(|r| if dir.is_empty() { r.clone() } else { base(r) })
+            .collect();
+        json!({"resources": resources})
+    };
+    // Flux's own fields go into the same kustomization.
+    if let Some(map) = kustomization.as_object_mut() {
+        if let Some(namespace) = &overlay.namespace {
+            map.insert("namespace".into(), json!(namespace));
+        }
+        if let Some(prefix) = &overlay.name_prefix {
+            map.insert("namePrefix".into(), json!(prefix));
+        }
+        if let Some(suffix) = &overlay.name_suffix {
+            map.insert("nameSuffix".into(), json!(suffix));
+        }
+        if !overlay.components.is_empty() {
+            let components = map.entry("components").or_insert_with(|| json!([]));
+            if let Some(list) = components.as_array_mut() {
+                list.extend(overlay.components.iter().map(|c| json!(c)));
+            }
+        }
+        if !overlay.patches.is_empty() {
+            map.insert("patches".into(), Value::Array(overlay.patches.clone()));
+        }
+        if !overlay.images.is_empty() {
+            map.insert("images".into(), Value::Array(overlay.images.clone()));
+        }
+    }
+    let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
+    let mut items = Vec::new();
+    accumulate(
+        root,
+        dir,
+        kfile.as_deref(),
+        &kustomization,
+        &mut items,
+        &mut build,
+        0,
+    )?;
+    finish(&mut items);
+    build.objects = items.into_iter().map(|i| i.object).collect();
+    Ok(build)
+}
+
+fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value), String> {
+    let file = kustomization_file(&root.join(dir))
+        .ok_or_else(|| format!("no kustomization file in '{dir}'"))?;
+    let documents = read_documents(&file)?;
+    let kustomization = documents.into_iter().next().unwrap_or_else(|| json!({}));
+    Ok((relative(root, &file), kustomization))
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One kustomization (or component) applied to `items`: resources, components, generators, then
+/// transformers, as kustomize's `accumulateTarget`.
+fn accumulate(
+    root: &Path,
+    dir: &str,
+    kfile: Option<&str>,
+    kustomization: &Value,
+    items: &mut Vec<Item>,
+    build: &mut Build,
+    depth: usize,
+) -> Result<(), String> {
+    if depth > 32 {
+        return Err(format!("'{dir}': resources nest more than 32 levels"));
+    }
+    let unsupported: Vec<&str> = kustomization
+        .as_object()
+        .map(|m| {
+            m.keys()
+                .map(String::as_str)
+                .filter(|k| !SUPPORTED.contains(k))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !unsupported.is_empty() {
+        build.problems.push(Problem {
+            level: 1,
+            code: "KustomizeUnsupported",
+            object: dir.to_owned(),
+            file: kfile.map(str::to_owned),
+            message: format!(
+                "the built-in kustomize does not apply {}; the objects are taken without it (put the kustomize binary on PATH or pass --kustomize for an exact build)",
+                unsupported.join(", ")
+            ),
+        });
+    }
+    let mut own = Vec::new();
+    for resource in strings(kustomization.get("resources")) {
+        if resource.contains("://") || resource.starts_with("github.com/") {
+            build.problems.push(Problem {
+                level: 1,
+                code: "KustomizeUnsupported",
+                object: dir.to_owned(),
+                file: kfile.map(str::to_owned),
+                message: format!("remote resource '{resource}' is not fetched"),
+            });
+            continue;
+        }
+        let path = join(dir, &resource);
+        let absolute = root.join(&path);
+        if absolute.is_dir() {
+            let (file, child) = load_kustomization(root, &path)?;
+            let mut sub = Vec::new();
+            accumulate(root, &path, Some(&file), &child, &mut sub, build, depth + 1)?;
+            own.extend(sub);
+        } else if absolute.is_file() {
+            for object in read_documents(&absolute).map_err(|e| format!("{path}: {e}"))? {
+                if object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .is_none()
+                {
+                    return Err(format!(
+                        "failed to decode Kubernetes YAML from {path}: missing metadata.name"
+                    ));
+                }
+                let original = name_of(&object);
+                own.push(Item {
+                    object: Object {
+                        object,
+                        file: Some(path.clone()),
+                    },
+                    original,
+                    generated: false,
+                    hash: false,
+                });
+            }
+        } else {
+            return Err(format!("'{path}' (a resource of '{dir}') does not exist"));
+        }
+    }
+    items.extend(own);
+    for component in strings(kustomization.get("components")) {
+        let path = join(dir, &component);
+        let (file, child) = load_kustomization(root, &path)?;
+        accumulate(root, &path, Some(&file), &child, items, build, depth + 1)?;
+    }
+    generators(root, dir, kfile, kustomization, items)?;
+    transform(kustomization, items);
+    Ok(())
+}
+
+fn name_of(object: &Value) -> String {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// `configMapGenerator` and `secretGenerator` (behaviour `create`).
+fn generators(
+    root: &Path,
+    dir: &str,
+    kfile: Option<&str>,
+    kustomization: &Value,
+    items: &mut Vec<Item>,
+) -> Result<(), String> {
+    let global = kustomization.get("generatorOptions");
+    for (field, kind) in [
+        ("configMapGenerator", "ConfigMap"),
+        ("secretGenerator", "Secret"),
+    ] {
+        let Some(list) = kustomization.get(field).and_then(Value::as_array) else {
+            continue;
+        };
+        for generator in list {
+            let name = generator
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("{field} in '{dir}' without a name"))?;
+            let behavior = generator.get("behavior").and_then(Value::as_str);
+            if behavior.is_some_and(|b| b != "create") {
+                return Err(format!(
+                    "{field} '{name}' in '{dir}': behavior '{}' is not built in",
+                    behavior.unwrap_or_default()
+                ));
+            }
+            let mut data = BTreeMap::new();
+            for literal in strings(generator.get("literals")) {
+                let (key, value) = literal.split_once('=').unwrap_or((&literal, ""));
+                data.insert(key.to_owned(), unquote(value).to_owned());
+            }
+            for file in strings(generator.get("files")) {
+                let (key, path) = match file.split_once('=') {
+                    Some((key, path)) => (key.to_owned(), path.to_owned()),
+                    None => {
+                        let key = file.rsplit('/').next().unwrap_or(&file).to_owned();
+                        (key, file.clone())
+                    }
+                };
+                let path = join(dir, &path);
+                let text = std::fs::read_to_string(root.join(&path))
+                    .map_err(|e| format!("{field} '{name}': {path}: {e}"))?;
+                data.insert(key, text);
+            }
+            let mut envs = strings(generator.get("envs"));
+            envs.extend(
+                generator
+                    .get("env")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            );
+            for env in envs {
+                let path = join(dir, &env);
+                let text = std::fs::read_to_string(root.join(&path))
+                    .map_err(|e| format!("{field} '{name}': {path}: {e}"))?;
+                for line in text.lines() {
+                    let line = line.trim_start();
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    if let Some((key, value)) = line.split_once('=') {
+                        data.insert(key.to_owned(), value.to_owned());
+                    }
+                }
+            }
+            let options = |key: &str| {
+                generator
+                    .pointer(&format!("/options/{key}"))
+                    .or_else(|| global.and_then(|g| g.get(key)))
+            };
+            let merged = |key: &str| {
+                let mut map = Map::new();
+                for source in [
+                    global.and_then(|g| g.get(key)),
+                    generator.pointer(&format!("/options/{key}")),
+                ] {
+                    if let Some(m) = source.and_then(Value::as_object) {
+                        map.extend(m.clone());
+                    }
+                }
+                map
+            };
+            let mut metadata = Map::new();
+            metadata.insert("name".into(), json!(name));
+            if let Some(namespace) = generator.get("namespace").and_then(Value::as_str) {
+                metadata.insert("namespace".into(), json!(namespace));
+            }
+            for key in ["labels", "annotations"] {
+                let map = merged(key);
+                if !map.is_empty() {
+                    metadata.insert(key.into(), Value::Object(map));
+                }
+            }
+            let mut object = json!({"apiVersion": "v1", "kind": kind, "metadata": metadata});
+            if kind == "Secret" {
+                let encoded: Map<String, Value> = data
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = base64::engine::general_purpose::STANDARD.encode(v);
+                        (k.clone(), Value::String(v))
+                    })
+                    .collect();
+                object["data"] = Value::Object(encoded);
+                let kind = generator
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Opaque");
+                object["type"] = json!(kind);
+            } else if !data.is_empty() {
+                object["data"] = json!(data);
+            }
+            if let Some(immutable) = options("immutable").and_then(Value::as_bool).filter(|i| *i) {
+                object["immutable"] = json!(immutable);
+            }
+            let hash = !options("disableNameSuffixHash")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            items.push(Item {
+                object: Object {
+                    object,
+                    file: kfile.map(str::to_owned),
+                },
+                original: name.to_owned(),
+                generated: true,
+                hash,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// kustomize strips one pair of matching quotes around a literal's value.
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|v| v.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
+}
+
+use postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
+
+fn kind_of(object: &Value) -> &str {
+    object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The workload kinds whose pod template kustomize's label transformer reaches, with the
+/// pointer to the template's metadata and to the selector.
+const TEMPLATED: &[(&str, &str, Option<&str>)] = &[
+    (
+        "Deployment",
+        "/spec/template/metadata",
+        Some("/spec/selector"),
+    ),
+    (
+        "StatefulSet",
+        "/spec/template/metadata",
+        Some("/spec/selector"),
+    ),
+    (
+        "DaemonSet",
+        "/spec/template/metadata",
+        Some("/spec/selector"),
+    ),
+    (
+        "ReplicaSet",
+        "/spec/template/metadata",
+        Some("/spec/selector"),
+    ),
+    ("Job", "/spec/template/metadata", None),
+    ("CronJob", "/spec/jobTemplate/spec/template/metadata", None),
+];
+
+fn insert_all(target: &mut Value, pointer_parent: &str, field: &str, pairs: &Map<String, Value>) {
+    let Some(parent) = ensure(target, pointer_parent) else {
+        return;
+    };
+    let map = parent
+        .entry(field)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(map) = map.as_object_mut() {
+        map.extend(pairs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+}
+
+/// The object at `pointer`, created as empty maps along the way.
+fn ensure<'v>(value: &'v mut Value, pointer: &str) -> Option<&'v mut Map<String, Value>> {
+    let mut current = value;
+    for part in pointer.split('/').skip(1) {
+        let map = current.as_object_mut()?;
+        current = map.entry(part).or_insert_with(|| Value::Object(Map::new()));
+    }
+    current.as_object_mut()
+}
+
+fn as_strings(value: Option<&Value>) -> Map<String, Value> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), Value::String(v))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// namespace, namePrefix/nameSuffix, labels and annotations, in kustomize's transformer order.
+fn transform(kustomization: &Value, items: &mut [Item]) {
+    if let Some(namespace) = kustomization.get("namespace").and_then(Value::as_str) {
+        for item in items.iter_mut() {
+            if CLUSTER_SCOPED_KINDS.contains(&kind_of(&item.object.object)) {
+                continue;
+            }
+            if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                metadata.insert("namespace".into(), json!(namespace));
+            }
+        }
+    }
+    let prefix = kustomization
+        .get("namePrefix")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let suffix = kustomization
+        .get("nameSuffix")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !prefix.is_empty() || !suffix.is_empty() {
+        for item in items.iter_mut() {
+            let kind = kind_of(&item.object.object);
+            if matches!(kind, "Namespace" | "CustomResourceDefinition") {
+                continue;
+            }
+            let name = name_of(&item.object.object);
+            if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                metadata.insert("name".into(), json!(format!("{prefix}{name}{suffix}")));
+            }
+        }
+    }
+    let common = as_strings(kustomization.get("commonLabels"));
+    if !common.is_empty() {
+        for item in items.iter_mut() {
+            labels(&mut item.object.object, &common, true, true);
+        }
+    }
+    if let Some(list) = kustomization.get("labels").and_then(Value::as_array) {
+        for entry in list {
+            let pairs = as_strings(entry.get("pairs"));
+            let selectors = entry.get("includeSelectors").and_then(Value::as_bool) == Some(true);
+            let templates = entry.get("includeTemplates").and_then(Value::as_bool) == Some(true);
+            for item in items.iter_mut() {
+                labels(
+                    &mut item.object.object,
+                    &pairs,
+                    selectors,
+                    selectors || templates,
+                );
+            }
+        }
+    }
+    let annotations = as_strings(kustomization.get("commonAnnotations"));
+    if !annotations.is_empty() {
+        for item in items.iter_mut() {
+            insert_all(
+                &mut item.object.object,
+                "/metadata",
+                "annotations",
+                &annotations,
+            );
+            let kind = kind_of(&item.object.object).to_owned();
+            if let Some((_, template, _)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+                insert_all(
+                    &mut item.object.object,
+                    template,
+                    "annotations",
+                    &annotations,
+                );
+            }
+        }
+    }
+}
+
+fn labels(object: &mut Value, pairs: &Map<String, Value>, selectors: bool, templates: bool) {
+    insert_all(object, "/metadata", "labels", pairs);
+    let kind = kind_of(object).to_owned();
+    if let Some((_, template, selector)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+        if templates {
+            insert_all(object, template, "labels", pairs);
+        }
+        if let (true, Some(selector)) = (selectors, selector) {
+            insert_all(object, selector, "matchLabels", pairs);
+        }
+    }
+    if selectors && kind == "Service" {
+        insert_all(object, "/spec", "selector", pairs);
+    }
+}
+
+/// The last steps of a build: hash suffixes on generated objects, then references to renamed
+/// ConfigMaps/Secrets in pod templates (kustomize's `addHashesToNames` and nameReference).
+fn finish(items: &mut [Item]) {
+    for item in items.iter_mut().filter(|i| i.generated && i.hash) {
+        let suffix = hash_suffix(&item.object.object);
+        let name = name_of(&item.object.object);
+        if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+            metadata.insert("name".into(), json!(format!("{name}-{suffix}")));
+        }
+    }
+    // (kind, namespace, original name) → current name, for names that changed.
+    let mut renamed = BTreeMap::new();
+    for item in items.iter() {
+        let object = &item.object.object;
+        let kind = kind_of(object);
+        let current = name_of(object);
+        if matches!(kind, "ConfigMap" | "Secret") && current != item.original {
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            renamed.insert((kind.to_owned(), namespace, item.original.clone()), current);
+        }
+    }
+    if renamed.is_empty() {
+        return;
+    }
+    for item in items.iter_mut() {
+        let object = &mut item.object.object;
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let kind = kind_of(object).to_owned();
+        let spec = match kind.as_str() {
+            "Pod" => object.pointer_mut("/spec"),
+            "CronJob" => object.pointer_mut("/spec/jobTemplate/spec/template/spec"),
+            _ if TEMPLATED.iter().any(|(k, _, _)| *k == kind) => {
+                object.pointer_mut("/spec/template/spec")
+            }
+            _ => None,
+        };
+        if let Some(spec) = spec {
+            rename_in_pod(spec, &namespace, &renamed);
+        }
+    }
+}
+
+type Renamed = BTreeMap<(String, String, String), String>;
+
+fn rename(value: Option<&mut Value>, kind: &str, namespace: &str, renamed: &Renamed) {
+    if let Some(Value::String(name)) = value {
+        let key = (kind.to_owned(), namespace.to_owned(), name.clone());
+        if let Some(current) = renamed.get(&key) {
+            *name = current.clone();
+        }
+    }
+}
+
+fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
+    for containers in ["containers", "initContainers"] {
+        let Some(list) = spec.get_mut(containers).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in list {
+            if let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) {
+                for var in env {
+                    let c = var.pointer_mut("/valueFrom/configMapKeyRef/name");
+                    rename(c, "ConfigMap", namespace, renamed);
+                    let s = var.pointer_mut("/valueFrom/secretKeyRef/name");
+                    rename(s, "Secret", namespace, renamed);
+                }
+            }
+            if let Some(list) = container.get_mut("envFrom").and_then(Value::as_array_mut) {
+                for from in list {
+                    let c = from.pointer_mut("/configMapRef/name");
+                    rename(c, "ConfigMap", namespace, renamed);
+                    let s = from.pointer_mut("/secretRef/name");
+                    rename(s, "Secret", namespace, renamed);
+                }
+            }
+        }
+    }
+    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
+        for volume in volumes {
+            rename(
+                volume.pointer_mut("/configMap/name"),
+                "ConfigMap",
+                namespace,
+                renamed,
+            );
+            rename(
+                volume.pointer_mut("/secret/secretName"),
+                "Secret",
+                namespace,
+                renamed,
+            );
+            if let Some(sources) = volume
+                .pointer_mut("/projected/sources")
+                .and_then(Value::as_array_mut)
+            {
+                for source in sources {
+                    rename(
+                        source.pointer_mut("/configMap/name"),
+                        "ConfigMap",
+                        namespace,
+                        renamed,
+                    );
+                    rename(
+                        source.pointer_mut("/secret/name"),
+                        "Secret",
+                        namespace,
+                        renamed,
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// kustomize's name hash (api/hasher): SHA-256 of Go's `json.Marshal` of kind, name and data
+/// (and `type` for Secrets, `binaryData`/`immutable` when set), the first ten hex digits with
+/// `0 1 3 a e` replaced by `g h k m t`.
+pub fn hash_suffix(object: &Value) -> String {
+    let kind = kind_of(object);
+    let mut encoded = BTreeMap::new();
+    encoded.insert("kind", json!(kind));
+    encoded.insert("name", json!(name_of(object)));
+    let data = object.get("data").cloned().unwrap_or_else(|| json!({}));
+    encoded.insert("data", data);
+    if kind == "Secret" {
+        let secret_type = object.get("type").cloned().unwrap_or_else(|| json!(""));
+        encoded.insert("type", secret_type);
+    }
+    if let Some(binary) = object
+        .get("binaryData")
+        .filter(|b| b.as_object().is_some_and(|m| !m.is_empty()))
+    {
+        encoded.insert("binaryData", binary.clone());
+    }
+    if let Some(immutable) = object.get("immutable") {
+        encoded.insert("immutable", immutable.clone());
+    }
+    let json = serde_json::to_string(&encoded).unwrap_or_default();
+    // Go's encoder escapes these inside strings (they appear nowhere else in the text).
+    let json = json
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let digest = Sha256::digest(json.as_bytes());
+    let hex: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    hex.chars()
+        .map(|c| match c {
+            '0' => 'g',
+            '1' => 'h',
+            '3' => 'k',
+            'a' => 'm',
+            'e' => 't',
+            c => c,
+        })
+        .collect()
+}
