@@ -23,3 +23,7 @@ FLUX_OPERATOR_VERSION=v0.58.0
 # dependency version the Go module proxy does not serve (the nearest served patch instead).
 # source-controller v1.9.5 requires github.com/fluxcd/pkg/artifact v0.18.3; the proxy serves v0.18.0.
 SOURCE_CONTROLLER_EXTRA_REPLACES="github.com/fluxcd/pkg/artifact=github.com/fluxcd/pkg/artifact@v0.18.0"
+
+# kustomize (sigs.k8s.io/kustomize/kustomize/v5), the oracle of `conflux plan`'s built-in build.
+# v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
+KUSTOMIZE_VERSION=v5.8.2

@@ -711,31 +711,39 @@ fn kind_of(object: &Value) -> &str {
         .unwrap_or_default()
 }
 
-/// The workload kinds whose pod template kustomize's label transformer reaches, with the
-/// pointer to the template's metadata and to the selector.
-const TEMPLATED: &[(&str, &str, Option<&str>)] = &[
+/// The workload kinds whose templates kustomize's label and annotation transformers reach, with
+/// the pointers to the templates' metadata and to the selector.
+type Templated = (&'static str, &'static [&'static str], Option<&'static str>);
+const TEMPLATED: &[Templated] = &[
     (
         "Deployment",
-        "/spec/template/metadata",
+        &["/spec/template/metadata"],
         Some("/spec/selector"),
     ),
     (
         "StatefulSet",
-        "/spec/template/metadata",
+        &["/spec/template/metadata"],
         Some("/spec/selector"),
     ),
     (
         "DaemonSet",
-        "/spec/template/metadata",
+        &["/spec/template/metadata"],
         Some("/spec/selector"),
     ),
     (
         "ReplicaSet",
-        "/spec/template/metadata",
+        &["/spec/template/metadata"],
         Some("/spec/selector"),
     ),
-    ("Job", "/spec/template/metadata", None),
-    ("CronJob", "/spec/jobTemplate/spec/template/metadata", None),
+    ("Job", &["/spec/template/metadata"], None),
+    (
+        "CronJob",
+        &[
+            "/spec/jobTemplate/metadata",
+            "/spec/jobTemplate/spec/template/metadata",
+        ],
+        None,
+    ),
 ];
 
 fn insert_all(target: &mut Value, pointer_parent: &str, field: &str, pairs: &Map<String, Value>) {
@@ -781,7 +789,15 @@ fn as_strings(value: Option<&Value>) -> Map<String, Value> {
 fn transform(kustomization: &Value, items: &mut [Item]) {
     if let Some(namespace) = kustomization.get("namespace").and_then(Value::as_str) {
         for item in items.iter_mut() {
-            if CLUSTER_SCOPED_KINDS.contains(&kind_of(&item.object.object)) {
+            let kind = kind_of(&item.object.object);
+            if kind == "Namespace" {
+                // kustomize's namespace transformer renames Namespace objects too.
+                if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                    metadata.insert("name".into(), json!(namespace));
+                }
+                continue;
+            }
+            if CLUSTER_SCOPED_KINDS.contains(&kind) {
                 continue;
             }
             if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
@@ -840,13 +856,15 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
                 &annotations,
             );
             let kind = kind_of(&item.object.object).to_owned();
-            if let Some((_, template, _)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
-                insert_all(
-                    &mut item.object.object,
-                    template,
-                    "annotations",
-                    &annotations,
-                );
+            if let Some((_, templates, _)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+                for template in *templates {
+                    insert_all(
+                        &mut item.object.object,
+                        template,
+                        "annotations",
+                        &annotations,
+                    );
+                }
             }
         }
     }
@@ -855,9 +873,11 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
 fn labels(object: &mut Value, pairs: &Map<String, Value>, selectors: bool, templates: bool) {
     insert_all(object, "/metadata", "labels", pairs);
     let kind = kind_of(object).to_owned();
-    if let Some((_, template, selector)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+    if let Some((_, paths, selector)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
         if templates {
-            insert_all(object, template, "labels", pairs);
+            for template in *paths {
+                insert_all(object, template, "labels", pairs);
+            }
         }
         if let (true, Some(selector)) = (selectors, selector) {
             insert_all(object, selector, "matchLabels", pairs);
@@ -990,28 +1010,25 @@ fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
     }
 }
 
-/// kustomize's name hash (api/hasher): SHA-256 of Go's `json.Marshal` of kind, name and data
-/// (and `type` for Secrets, `binaryData`/`immutable` when set), the first ten hex digits with
-/// `0 1 3 a e` replaced by `g h k m t`.
+/// kustomize's name hash (api/hasher): SHA-256 of Go's `json.Marshal` of the kind, an empty
+/// name (kustomize looks the name up as a field literally called `metadata/name`, so it is always
+/// empty), `data` (the empty string when absent), `binaryData` when it is a map, and for Secrets
+/// `type` and `stringData`; then the first ten hex digits with `0 1 3 a e` replaced by `g h k m t`.
 pub fn hash_suffix(object: &Value) -> String {
     let kind = kind_of(object);
+    let field = |key: &str| object.get(key).cloned().unwrap_or_else(|| json!(""));
     let mut encoded = BTreeMap::new();
     encoded.insert("kind", json!(kind));
-    encoded.insert("name", json!(name_of(object)));
-    let data = object.get("data").cloned().unwrap_or_else(|| json!({}));
-    encoded.insert("data", data);
-    if kind == "Secret" {
-        let secret_type = object.get("type").cloned().unwrap_or_else(|| json!(""));
-        encoded.insert("type", secret_type);
-    }
-    if let Some(binary) = object
-        .get("binaryData")
-        .filter(|b| b.as_object().is_some_and(|m| !m.is_empty()))
-    {
-        encoded.insert("binaryData", binary.clone());
-    }
-    if let Some(immutable) = object.get("immutable") {
-        encoded.insert("immutable", immutable.clone());
+    encoded.insert("name", json!(""));
+    encoded.insert("data", field("data"));
+    let optional = if kind == "Secret" {
+        encoded.insert("type", field("type"));
+        "stringData"
+    } else {
+        "binaryData"
+    };
+    if let Some(map) = object.get(optional).filter(|m| m.is_object()) {
+        encoded.insert(optional, map.clone());
     }
     let json = serde_json::to_string(&encoded).unwrap_or_default();
     // Go's encoder escapes these inside strings (they appear nowhere else in the text).
