@@ -25,7 +25,7 @@ use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute
 use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
 use serde_json::{Map, Value, json};
 
-use crate::kustomize::{Engine, Object, normalize};
+use crate::kustomize::{Engine, Object, join, normalize};
 
 /// One problem found while reading the fleet (not while auditing its objects).
 #[derive(Debug, Clone)]
@@ -102,6 +102,25 @@ pub struct Entry {
     pub kustomization: Value,
     /// Where it is declared.
     pub file: String,
+    /// The source's root in the repository (`""`: the repository root; `kubernetes` when CI
+    /// pushes that directory as the OCI artifact Flux syncs).
+    pub root: String,
+}
+
+/// The directory, among `file`'s ancestors, under which `path` contains `file`: the root of the
+/// source that the sync declared in `file` reads (`""` when none does).
+fn source_root(file: &str, path: &str) -> String {
+    let mut dir = parent(file);
+    loop {
+        let full = crate::kustomize::join(&dir, path);
+        if full.is_empty() || file.starts_with(&format!("{full}/")) {
+            return dir;
+        }
+        if dir.is_empty() {
+            return String::new();
+        }
+        dir = parent(&dir);
+    }
 }
 
 /// The sync Kustomization a FluxInstance makes: `flux-system` in its namespace, from the source
@@ -148,6 +167,10 @@ pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
             instance_sync(object)
         } else if text(object, "/kind") == "HelmRelease" {
             chart_instance_sync(object)
+        } else if object.get("kind").is_none() && object.pointer("/instance/sync/path").is_some() {
+            // A values file of the flux-instance chart (given to it by a generated ConfigMap).
+            let values = json!({"spec": {"values": object}});
+            chart_instance_sync(&values)
         } else if is_flux_kustomization(object) {
             let path = normalize(text(object, "/spec/path"));
             let name = text(object, "/metadata/name");
@@ -162,10 +185,12 @@ pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
         };
         if let Some(kustomization) = kustomization {
             let path = normalize(text(&kustomization, "/spec/path"));
+            let root = source_root(file, &path);
             let file = file.clone();
-            found.entry(path).or_insert(Entry {
+            found.entry(join(&root, &path)).or_insert(Entry {
                 kustomization,
                 file,
+                root,
             });
         }
     }
@@ -181,14 +206,13 @@ pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
                 "spec": {"path": cluster,
                          "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
             });
-            let file = file.clone();
-            found.insert(
-                cluster.to_owned(),
-                Entry {
-                    kustomization,
-                    file,
-                },
-            );
+            let (file, root) = (file.clone(), String::new());
+            let entry = Entry {
+                kustomization,
+                file,
+                root,
+            };
+            found.insert(cluster.to_owned(), entry);
         }
     }
     // A sync nested in another cluster's directory is that cluster's, not a cluster of its own.
@@ -213,9 +237,16 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
         },
     );
     let mut cluster = Cluster {
-        name: normalize(text(&entry.kustomization, "/spec/path")),
+        name: join(&entry.root, text(&entry.kustomization, "/spec/path")),
         objects: external.to_vec(),
         ..Cluster::default()
+    };
+    let source_root = root.join(&entry.root);
+    let root = source_root.as_path();
+    // Files are reported relative to the repository, also when the source is a sub-directory.
+    let in_repository = |file: Option<String>| match (&file, entry.root.is_empty()) {
+        (Some(f), false) if !f.starts_with("--") => Some(join(&entry.root, f)),
+        _ => file,
     };
     let mut seen = BTreeSet::new();
     let mut queue = VecDeque::from([(entry.kustomization.clone(), Some(entry.file.clone()))]);
@@ -223,9 +254,20 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
         if !seen.insert(object_name(&ks)) {
             continue;
         }
-        let Some(resources) = build_one(root, &ks, file.as_deref(), engine, &mut cluster) else {
+        let built = build_one(
+            root,
+            &entry.root,
+            &ks,
+            file.as_deref(),
+            engine,
+            &mut cluster,
+        );
+        let Some(mut resources) = built else {
             continue;
         };
+        for resource in &mut resources {
+            resource.file = in_repository(resource.file.take());
+        }
         let substituted = post_build(&ks, &resources, &cluster.objects, &mut cluster.problems);
         let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
         let root_url = source_url(&known, &entry.kustomization);
@@ -300,6 +342,7 @@ fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), Strin
 /// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
 fn build_one(
     root: &Path,
+    prefix: &str,
     ks: &Value,
     file: Option<&str>,
     engine: &Engine,
@@ -337,11 +380,14 @@ fn build_one(
         return None;
     }
     let overlay = FluxOverlay::of(ks);
+    let fallback = file.map(str::to_owned);
     match engine.build(root, &dir, &overlay) {
         Ok(build) => {
             for p in build.problems {
+                let file = p.file.map(|f| join(prefix, &f));
                 cluster.problems.push(Problem {
                     object: name.clone(),
+                    file: file.or_else(|| fallback.clone()),
                     ..p
                 });
             }

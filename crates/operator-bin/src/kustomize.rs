@@ -186,9 +186,27 @@ impl Engine {
 
     /// What kustomize-controller applies for the path `dir` (relative to `root`) with the Flux
     /// Kustomization's own fields `overlay`.
+    ///
+    /// When the binary fails to fetch a remote resource (`plan` runs offline), the built-in
+    /// subset builds the local part and says so (`RemoteResourceUnavailable`).
     pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, String> {
         match self {
-            Engine::Binary(binary) => build_with_binary(binary, root, dir, overlay),
+            Engine::Binary(binary) => match build_with_binary(binary, root, dir, overlay) {
+                Err(err) if is_remote_failure(&err) => {
+                    let mut build = build_in(root, dir, overlay)?;
+                    build.problems.push(Problem {
+                        level: 1,
+                        code: "RemoteResourceUnavailable",
+                        object: dir.to_owned(),
+                        file: None,
+                        message: format!(
+                            "kustomize could not fetch a remote resource ({err}); the local resources are built with the built-in subset"
+                        ),
+                    });
+                    Ok(build)
+                }
+                other => other,
+            },
             Engine::BuiltIn => build_in(root, dir, overlay),
         }
     }
@@ -288,6 +306,19 @@ fn build_with_binary(
         });
     }
     Ok(build)
+}
+
+/// Whether kustomize failed on a remote resource (a Git or HTTP fetch).
+fn is_remote_failure(message: &str) -> bool {
+    [
+        "git fetch",
+        "https://",
+        "http://",
+        "no such host",
+        "unable to access",
+    ]
+    .iter()
+    .any(|marker| message.contains(marker))
 }
 
 /// Removes kustomize's `config.kubernetes.io/origin` annotation and returns its path (or, for a
@@ -543,7 +574,7 @@ fn accumulate(
         let (file, child) = load_kustomization(root, &path)?;
         accumulate(root, &path, Some(&file), &child, items, build, depth + 1)?;
     }
-    generators(root, dir, kfile, kustomization, items)?;
+    generators(root, dir, kfile, kustomization, items, build)?;
     transform(kustomization, items);
     Ok(())
 }
@@ -563,6 +594,7 @@ fn generators(
     kfile: Option<&str>,
     kustomization: &Value,
     items: &mut Vec<Item>,
+    build: &mut Build,
 ) -> Result<(), String> {
     let global = kustomization.get("generatorOptions");
     for (field, kind) in [
@@ -597,6 +629,16 @@ fn generators(
                         (key, file.clone())
                     }
                 };
+                if path.contains("://") {
+                    build.problems.push(Problem {
+                        level: 1,
+                        code: "KustomizeUnsupported",
+                        object: dir.to_owned(),
+                        file: kfile.map(str::to_owned),
+                        message: format!("{field} '{name}': remote file '{path}' is not fetched; key '{key}' is left out"),
+                    });
+                    continue;
+                }
                 let path = join(dir, &path);
                 let text = std::fs::read_to_string(root.join(&path))
                     .map_err(|e| format!("{field} '{name}': {path}: {e}"))?;

@@ -404,7 +404,8 @@ fn clusters(
                 .kustomization
                 .pointer("/spec/path")
                 .and_then(Value::as_str);
-            operator_bin::kustomize::normalize(path.unwrap_or_default()) == relative
+            let path = operator_bin::kustomize::normalize(path.unwrap_or_default());
+            operator_bin::kustomize::join(&e.root, &path) == relative
         });
         entries.push(match entry {
             Some(entry) => entry.clone(),
@@ -416,6 +417,7 @@ fn clusters(
                              "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
                 }),
                 file: format!("--cluster {}", dir.display()),
+                root: String::new(),
             },
         });
     }
