@@ -136,3 +136,20 @@ fn legacy_octal_reads_as_kustomize_reads_it() {
         Some(&json!(420))
     );
 }
+
+#[test]
+fn a_whole_fleet_plans_the_same_with_either_engine() {
+    let fleet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fleets/d2");
+    let plan = |engine: &std::ffi::OsStr| {
+        let out = Command::new(env!("CARGO_BIN_EXE_conflux"))
+            .arg("plan")
+            .arg(&fleet)
+            .args(["-o", "json", "--kustomize"])
+            .arg(engine)
+            .output()
+            .expect("conflux runs");
+        serde_json::from_slice::<Value>(&out.stdout).expect("JSON")
+    };
+    let real = kustomize();
+    assert_eq!(plan("builtin".as_ref()), plan(real.as_os_str()));
+}
