@@ -102,6 +102,8 @@ struct Row {
     code: &'static str,
     object: String,
     file: Option<String>,
+    /// The line of the object's `kind:` in `file`, when it is found there.
+    line: Option<usize>,
     message: String,
 }
 
@@ -114,6 +116,7 @@ fn row(level: usize, domain: Str, code: Str, object: String, message: String) ->
         code,
         object,
         file: None,
+        line: None,
         message,
     }
 }
@@ -273,7 +276,12 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let plans = match plans(args, &selector) {
-        Ok(plans) => plans,
+        Ok(mut plans) => {
+            if let [root] = args.paths.as_slice() {
+                locate(root, &mut plans);
+            }
+            plans
+        }
         Err(message) => {
             eprintln!("conflux plan: {message}");
             return Ok(ExitCode::from(2));
@@ -300,6 +308,52 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         eprintln!("conflux plan: {}: {}", row.object, row.message);
     }
     Ok(ExitCode::from(u8::from(failed)))
+}
+
+/// Sets the line of each finding's object in its file (files relative to `root`, a directory).
+fn locate(root: &Path, plans: &mut [Plan]) {
+    if !root.is_dir() {
+        return;
+    }
+    let mut texts: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for row in plans.iter_mut().flat_map(|p| p.rows.iter_mut()) {
+        let Some(file) = &row.file else { continue };
+        let text = texts
+            .entry(file.clone())
+            .or_insert_with(|| std::fs::read_to_string(root.join(file)).ok());
+        if let Some(text) = text {
+            row.line = line_of(text, &row.object);
+        }
+    }
+}
+
+/// The 1-based line of the `kind:` of the document declaring `object` (`Kind/…/name`).
+fn line_of(text: &str, object: &str) -> Option<usize> {
+    let kind = object.split('/').next()?;
+    let name = object.rsplit('/').next()?;
+    let (mut kind_line, mut named) = (None, false);
+    for (index, line) in text.lines().enumerate() {
+        if line.starts_with("---") {
+            if let (Some(found), true) = (kind_line, named) {
+                return Some(found);
+            }
+            (kind_line, named) = (None, false);
+            continue;
+        }
+        let trimmed = line.trim_start().trim_start_matches("- ");
+        let value = |key: &str| {
+            trimmed
+                .strip_prefix(key)
+                .map(|v| v.trim().trim_matches(['"', '\'']))
+        };
+        if value("kind:") == Some(kind) && kind_line.is_none() {
+            kind_line = Some(index + 1);
+        }
+        if value("name:") == Some(name) {
+            named = true;
+        }
+    }
+    kind_line.filter(|_| named)
 }
 
 /// The plans: one per cluster of a fleet repository, or one of the flat input.
@@ -445,6 +499,7 @@ fn plan_cluster(cluster: fleet::Cluster, args: &PlanArgs, selector: &Selector) -
             code: problem.code,
             object: problem.object,
             file: problem.file,
+            line: None,
             message: problem.message,
         });
     }
@@ -667,7 +722,12 @@ fn text(plan: &Plan, colour: bool) -> String {
     let findings = plan.rows.iter().map(|r| {
         let severity = (LEVELS[r.level].to_owned(), Some(PAINT[r.level]));
         let (code, object) = ((r.code.to_owned(), None), (r.object.clone(), None));
-        let file = (r.file.clone().unwrap_or_else(|| "-".to_owned()), None);
+        let file = match (&r.file, r.line) {
+            (Some(file), Some(line)) => format!("{file}:{line}"),
+            (Some(file), None) => file.clone(),
+            _ => "-".to_owned(),
+        };
+        let file = (file, None);
         vec![severity, code, object, file, (r.message.clone(), None)]
     });
     let headers = ["SEVERITY", "CODE", "OBJECT", "FILE", "MESSAGE"];
