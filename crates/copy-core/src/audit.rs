@@ -538,6 +538,38 @@ mod tests {
                "data": data})
     }
 
+    #[test]
+    fn resource_set_targets_are_flux_operators_unless_conflux_copies_them() {
+        let source = cm("flux-system", "info", json!({}), json!({"k": "v"}));
+        let mut target = cm(
+            "team-a",
+            "info",
+            json!({"fluxcd.controlplane.io/copyFrom": "flux-system/info"}),
+            json!({}),
+        );
+        target["metadata"]["labels"] = json!({
+            "resourceset.fluxcd.controlplane.io/name": "tenants",
+            "resourceset.fluxcd.controlplane.io/namespace": "flux-system",
+        });
+        let objects = [source, target];
+        let report = audit(&objects, &AuditOptions::default());
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
+        let Verdict::Allowed(why) = &report.copies[0].verdict else {
+            panic!("{:?}", report.copies[0].verdict);
+        };
+        assert!(
+            why.starts_with("Flux Operator's: ResourceSet flux-system/tenants"),
+            "{why}"
+        );
+        assert_eq!(report.written[0]["data"]["k"], "v");
+        let conflux = AuditOptions {
+            resource_set_targets: true,
+            ..AuditOptions::default()
+        };
+        let report = audit(&objects, &conflux);
+        assert!(matches!(report.copies[0].verdict, Verdict::Refused(_)));
+    }
+
     fn copy_from(ns: &str, name: &str, from: &str) -> Value {
         cm(
             ns,

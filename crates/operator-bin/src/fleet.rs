@@ -276,13 +276,20 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
                 let same_url = root_url
                     .as_deref()
                     .is_some_and(|url| source_url(&known, &object.object).as_deref() == Some(url));
-                let follows = if same_url {
-                    Ok(())
-                } else {
-                    follows(&object.object, &source)
+                let artifact = artifact_path(&known, &object.object, &source);
+                let follows = match (&artifact, same_url) {
+                    (Some(Ok(_)), _) | (None, true) => Ok(()),
+                    (Some(Err(why)), _) => Err(why.clone()),
+                    (None, false) => follows(&object.object, &source),
                 };
                 match follows {
-                    Ok(()) => queue.push_back((object.object.clone(), object.file.clone())),
+                    Ok(()) => {
+                        let mut child = object.object.clone();
+                        if let (Some(Ok(path)), Some(spec)) = (&artifact, child.get_mut("spec")) {
+                            spec["path"] = Value::String(path.clone());
+                        }
+                        queue.push_back((child, object.file.clone()));
+                    }
                     Err(why) => cluster.problems.push(Problem {
                         level: 0,
                         code: "SourceNotFollowed",
@@ -321,6 +328,79 @@ fn source_url(objects: &[&Object], ks: &Value) -> Option<String> {
     let url = url.trim_end_matches('/');
     let url = url.strip_suffix(".git").unwrap_or(url);
     (!url.is_empty()).then(|| url.to_owned())
+}
+
+/// For a Kustomization whose source is an `ExternalArtifact` of an `ArtifactGenerator` (Flux
+/// source-watcher) copying from the cluster's own source: its path in the repository. The copy
+/// rule whose destination holds `spec.path` maps it (`from: "@repo/apps/staging/**"` or
+/// `"@repo/apps/staging/"`, `to:
+/// "@artifact/staging/"`); relative references inside are read from the repository, so they
+/// must keep the repository's layout. `None` when the source is not an ExternalArtifact.
+fn artifact_path(
+    objects: &[&Object],
+    ks: &Value,
+    (root_source, _): &(String, String),
+) -> Option<Result<String, String>> {
+    if text(ks, "/spec/sourceRef/kind") != "ExternalArtifact" {
+        return None;
+    }
+    let name = text(ks, "/spec/sourceRef/name");
+    let namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    let path = normalize(text(ks, "/spec/path"));
+    let not_followed = |why: &str| {
+        Some(Err(format!(
+            "its source ExternalArtifact/{namespace}/{name} {why}: what it applies is not planned"
+        )))
+    };
+    let generators = objects.iter().map(|o| &o.object).filter(|o| {
+        text(o, "/kind") == "ArtifactGenerator" && text(o, "/metadata/namespace") == namespace
+    });
+    for generator in generators {
+        let Some(artifact) = generator
+            .pointer("/spec/artifacts")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|a| text(a, "/name") == name))
+        else {
+            continue;
+        };
+        let sources = generator.pointer("/spec/sources").and_then(Value::as_array);
+        let own = |alias: &str| {
+            sources
+                .into_iter()
+                .flatten()
+                .any(|s| text(s, "/alias") == alias && text(s, "/name") == root_source)
+        };
+        let copies = artifact.get("copy").and_then(Value::as_array);
+        for copy in copies.into_iter().flatten() {
+            let (from, to) = (text(copy, "/from"), text(copy, "/to"));
+            let Some(to) = to.strip_prefix("@artifact/").map(normalize) else {
+                continue;
+            };
+            let Some((alias, from)) = from.strip_prefix('@').and_then(|f| f.split_once('/')) else {
+                continue;
+            };
+            // `dir/**` and `dir/` both copy the directory's contents.
+            let Some(from) = from.strip_suffix("/**").or_else(|| from.strip_suffix('/')) else {
+                continue;
+            };
+            let inside = to.is_empty() || path == to || path.starts_with(&format!("{to}/"));
+            if !inside {
+                continue;
+            }
+            if !own(alias) {
+                return not_followed("copies from another source");
+            }
+            let rest = path.strip_prefix(&to).unwrap_or(&path);
+            return Some(Ok(join(from, rest.trim_start_matches('/'))));
+        }
+        return not_followed(
+            "has no plain copy rule (`@source/dir/**` or `@source/dir/`) holding its path",
+        );
+    }
+    not_followed("is made by no ArtifactGenerator found in the repository")
 }
 
 /// Whether a child Kustomization's source is the cluster's own (the repository being read).

@@ -91,20 +91,22 @@ pub fn expand(resource_set: &Value) -> Expansion {
     );
     let mut expansion = Expansion::default();
     let spec = resource_set.get("spec").unwrap_or(&Value::Null);
-    if spec
+    let from_providers = spec
         .get("inputsFrom")
         .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
+        .is_some_and(|a| !a.is_empty());
+    if from_providers {
         expansion.findings.push(Finding::new(
             Severity::Info,
             "ResourceSetInputsFrom",
             name.clone(),
-            "inputs from ResourceSetInputProviders are not known offline; only spec.inputs are expanded",
+            "inputs from ResourceSetInputProviders are not known offline; only spec.inputs are expanded (none when there are only those)",
         ));
     }
     let inputs: Vec<Value> = match spec.get("inputs").and_then(Value::as_array) {
         Some(inputs) if !inputs.is_empty() => inputs.clone(),
+        // Every input comes from providers, unknown offline: nothing to expand.
+        _ if from_providers => return expansion,
         _ => vec![Value::Null],
     };
     let mut templates: Vec<(String, &Value)> = Vec::new();
@@ -365,6 +367,19 @@ mod tests {
     fn rset(spec: Value) -> Value {
         json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "ResourceSet",
                "metadata": {"name": "rs", "namespace": "flux-system"}, "spec": spec})
+    }
+
+    #[test]
+    fn inputs_only_from_providers_expand_nothing() {
+        let rset = json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "ResourceSet",
+            "metadata": {"name": "previews", "namespace": "apps"},
+            "spec": {"inputsFrom": [{"kind": "ResourceSetInputProvider", "name": "prs"}],
+                     "resources": [{"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": "pr-<< inputs.id >>"}}]}});
+        let expansion = expand(&rset);
+        assert!(expansion.objects.is_empty());
+        let codes: Vec<&str> = expansion.findings.iter().map(|f| f.code).collect();
+        assert_eq!(codes, ["ResourceSetInputsFrom"]);
     }
 
     #[test]
