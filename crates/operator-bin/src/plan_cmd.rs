@@ -211,6 +211,11 @@ impl Input {
                 self.rows.extend(findings.map(|f| row!("resourceset", f)));
             }
         }
+        for (document, file) in &self.documents {
+            if let Some(secret) = external_secret_target(document) {
+                generated.push((secret, file.as_ref().filter(|_| !flat).cloned()));
+            }
+        }
         self.generated = generated.len();
         self.documents.extend(generated);
         if !flat {
@@ -224,6 +229,51 @@ impl Input {
             }
         }
     }
+}
+
+/// The Secret an External Secrets Operator `ExternalSecret` makes (`spec.target.name`, default
+/// its own name, unless `creationPolicy: None`): its keys (`spec.data[].secretKey`, the template's
+/// `data`) and the template's labels and annotations; never a value (each is the text
+/// `EXTERNAL`). Keys from `dataFrom` are not known offline.
+fn external_secret_target(object: &Value) -> Option<Value> {
+    let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+    let group = text("/apiVersion")?.split('/').next()?;
+    if group != "external-secrets.io" || text("/kind") != Some("ExternalSecret") {
+        return None;
+    }
+    if text("/spec/target/creationPolicy") == Some("None") {
+        return None;
+    }
+    let name = text("/spec/target/name").or(text("/metadata/name"))?;
+    let mut data = serde_json::Map::new();
+    let external = Value::String("RVhURVJOQUw=".to_owned());
+    for entry in object
+        .pointer("/spec/data")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(key) = entry.get("secretKey").and_then(Value::as_str) {
+            data.insert(key.to_owned(), external.clone());
+        }
+    }
+    let template = object
+        .pointer("/spec/target/template/data")
+        .and_then(Value::as_object);
+    for key in template.into_iter().flat_map(|t| t.keys()) {
+        data.insert(key.clone(), external.clone());
+    }
+    let mut metadata = json!({"name": name, "namespace": text("/metadata/namespace")});
+    for field in ["labels", "annotations"] {
+        if let Some(map) = object.pointer(&format!("/spec/target/template/metadata/{field}")) {
+            metadata[field] = map.clone();
+        }
+    }
+    let secret_type = text("/spec/target/template/type").unwrap_or("Opaque");
+    Some(
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
+                "type": secret_type, "data": data}),
+    )
 }
 
 /// One edge of any section, as every format renders it: the text cells (from, to, state, then

@@ -351,6 +351,11 @@ fn a_d2_fleet_is_planned_per_cluster_with_only_the_real_findings() {
         config.starts_with("ConfigMap/monitoring/exporter-settings-")
     });
     assert_eq!(hashed.count(), 2, "one per cluster: {edges:?}");
+    // The ExternalSecret's Secret exists in the cluster: it rolls the exporter too.
+    let external = edges
+        .iter()
+        .filter(|e| e["config"] == "Secret/monitoring/exporter-credentials");
+    assert_eq!(external.count(), 2, "one per cluster: {edges:?}");
 
     // Without the Terraform-made pull secret declared: warnings, not errors.
     let out = conflux(&[&d2(), "-o", "json"], "");
