@@ -864,7 +864,7 @@ fn to_json(plans: &[Plan], fail_on: &str, failed: bool) -> Value {
             tag(
                 p,
                 json!({"severity": LEVELS[r.level], "code": r.code, "domain": r.domain,
-                          "object": r.object, "file": r.file, "message": r.message}),
+                          "object": r.object, "file": r.file, "line": r.line, "message": r.message}),
             )
         })
     });

@@ -90,6 +90,7 @@ fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
     for finding in report["findings"].as_array().expect("findings") {
         assert_eq!(finding["cluster"], "clusters/production", "{finding}");
         assert!(finding["file"].is_string(), "{finding}");
+        assert!(finding["line"].is_u64(), "{finding}");
     }
     let undefined = &report["findings"]
         .as_array()
