@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
 use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::kustomize::{Engine, Object, join, normalize};
 
@@ -550,21 +550,8 @@ impl FluxOverlay {
         };
         for object in objects {
             for field in ["labels", "annotations"] {
-                let Some(extra) = common.get(field).and_then(Value::as_object) else {
-                    continue;
-                };
-                let Some(metadata) = object
-                    .object
-                    .get_mut("metadata")
-                    .and_then(Value::as_object_mut)
-                else {
-                    continue;
-                };
-                let map = metadata
-                    .entry(field)
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if let Some(map) = map.as_object_mut() {
-                    map.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+                if let Some(extra) = common.get(field).and_then(Value::as_object) {
+                    crate::kustomize::insert_all(&mut object.object, "/metadata", field, extra);
                 }
             }
         }

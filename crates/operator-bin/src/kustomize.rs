@@ -68,20 +68,7 @@ pub enum Engine {
 pub const KUSTOMIZATION_FILES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
-/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed.
-pub fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            part => parts.push(part),
-        }
-    }
-    parts.join("/")
-}
+pub use postbuild_subst::audit::normalize;
 
 /// `dir` joined with a relative `entry`, normalised.
 pub fn join(dir: &str, entry: &str) -> String {
@@ -248,21 +235,7 @@ fn build_with_binary(
     kustomization.insert("kind".into(), json!("Kustomization"));
     kustomization.insert("resources".into(), json!(resources));
     kustomization.insert("buildMetadata".into(), json!(["originAnnotations"]));
-    if let Some(namespace) = &overlay.namespace {
-        kustomization.insert("namespace".into(), json!(namespace));
-    }
-    if let Some(prefix) = &overlay.name_prefix {
-        kustomization.insert("namePrefix".into(), json!(prefix));
-    }
-    if let Some(suffix) = &overlay.name_suffix {
-        kustomization.insert("nameSuffix".into(), json!(suffix));
-    }
-    if !overlay.patches.is_empty() {
-        kustomization.insert("patches".into(), Value::Array(overlay.patches.clone()));
-    }
-    if !overlay.images.is_empty() {
-        kustomization.insert("images".into(), Value::Array(overlay.images.clone()));
-    }
+    add_overlay(&mut kustomization, overlay);
     if !overlay.components.is_empty() {
         let components = overlay.components.iter().map(|c| to(&join(dir, c)));
         kustomization.insert("components".into(), json!(components.collect::<Vec<_>>()));
@@ -319,6 +292,26 @@ fn is_remote_failure(message: &str) -> bool {
     ]
     .iter()
     .any(|marker| message.contains(marker))
+}
+
+/// Sets the Flux Kustomization's `targetNamespace`, `namePrefix`, `nameSuffix`, `patches` and
+/// `images` on a kustomization, as kustomize-controller does (components differ per engine).
+fn add_overlay(kustomization: &mut Map<String, Value>, overlay: &FluxOverlay) {
+    let strings = [
+        ("namespace", &overlay.namespace),
+        ("namePrefix", &overlay.name_prefix),
+        ("nameSuffix", &overlay.name_suffix),
+    ];
+    for (key, value) in strings {
+        if let Some(value) = value {
+            kustomization.insert(key.into(), json!(value));
+        }
+    }
+    for (key, list) in [("patches", &overlay.patches), ("images", &overlay.images)] {
+        if !list.is_empty() {
+            kustomization.insert(key.into(), Value::Array(list.clone()));
+        }
+    }
 }
 
 /// Removes kustomize's `config.kubernetes.io/origin` annotation and returns its path (or, for a
@@ -431,26 +424,12 @@ fn build_in(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, Stri
     };
     // Flux's own fields go into the same kustomization.
     if let Some(map) = kustomization.as_object_mut() {
-        if let Some(namespace) = &overlay.namespace {
-            map.insert("namespace".into(), json!(namespace));
-        }
-        if let Some(prefix) = &overlay.name_prefix {
-            map.insert("namePrefix".into(), json!(prefix));
-        }
-        if let Some(suffix) = &overlay.name_suffix {
-            map.insert("nameSuffix".into(), json!(suffix));
-        }
+        add_overlay(map, overlay);
         if !overlay.components.is_empty() {
             let components = map.entry("components").or_insert_with(|| json!([]));
             if let Some(list) = components.as_array_mut() {
                 list.extend(overlay.components.iter().map(|c| json!(c)));
             }
-        }
-        if !overlay.patches.is_empty() {
-            map.insert("patches".into(), Value::Array(overlay.patches.clone()));
-        }
-        if !overlay.images.is_empty() {
-            map.insert("images".into(), Value::Array(overlay.images.clone()));
         }
     }
     let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
@@ -502,7 +481,7 @@ fn accumulate(
     if depth > 32 {
         return Err(format!("'{dir}': resources nest more than 32 levels"));
     }
-    let unsupported: Vec<&str> = kustomization
+    let fields: Vec<&str> = kustomization
         .as_object()
         .map(|m| {
             m.keys()
@@ -511,28 +490,26 @@ fn accumulate(
                 .collect()
         })
         .unwrap_or_default();
-    if !unsupported.is_empty() {
-        build.problems.push(Problem {
-            level: 1,
-            code: "KustomizeUnsupported",
-            object: dir.to_owned(),
-            file: kfile.map(str::to_owned),
-            message: format!(
+    if !fields.is_empty() {
+        unsupported(
+            build,
+            dir,
+            kfile,
+            format!(
                 "the built-in kustomize does not apply {}; the objects are taken without it (put the kustomize binary on PATH or pass --kustomize for an exact build)",
-                unsupported.join(", ")
+                fields.join(", ")
             ),
-        });
+        );
     }
     let mut own = Vec::new();
     for resource in strings(kustomization.get("resources")) {
         if resource.contains("://") || resource.starts_with("github.com/") {
-            build.problems.push(Problem {
-                level: 1,
-                code: "KustomizeUnsupported",
-                object: dir.to_owned(),
-                file: kfile.map(str::to_owned),
-                message: format!("remote resource '{resource}' is not fetched"),
-            });
+            unsupported(
+                build,
+                dir,
+                kfile,
+                format!("remote resource '{resource}' is not fetched"),
+            );
             continue;
         }
         let path = join(dir, &resource);
@@ -587,6 +564,17 @@ fn name_of(object: &Value) -> String {
         .to_owned()
 }
 
+/// A `KustomizeUnsupported` problem of the kustomization `kfile` in `dir`.
+fn unsupported(build: &mut Build, dir: &str, kfile: Option<&str>, message: String) {
+    build.problems.push(Problem {
+        level: 1,
+        code: "KustomizeUnsupported",
+        object: dir.to_owned(),
+        file: kfile.map(str::to_owned),
+        message,
+    });
+}
+
 /// `configMapGenerator` and `secretGenerator` (behaviour `create`).
 fn generators(
     root: &Path,
@@ -630,13 +618,14 @@ fn generators(
                     }
                 };
                 if path.contains("://") {
-                    build.problems.push(Problem {
-                        level: 1,
-                        code: "KustomizeUnsupported",
-                        object: dir.to_owned(),
-                        file: kfile.map(str::to_owned),
-                        message: format!("{field} '{name}': remote file '{path}' is not fetched; key '{key}' is left out"),
-                    });
+                    unsupported(
+                        build,
+                        dir,
+                        kfile,
+                        format!(
+                            "{field} '{name}': remote file '{path}' is not fetched; key '{key}' is left out"
+                        ),
+                    );
                     continue;
                 }
                 let path = join(dir, &path);
@@ -788,7 +777,13 @@ const TEMPLATED: &[Templated] = &[
     ),
 ];
 
-fn insert_all(target: &mut Value, pointer_parent: &str, field: &str, pairs: &Map<String, Value>) {
+/// Adds `pairs` to the map `field` of the object at `pointer_parent` (created when absent).
+pub(crate) fn insert_all(
+    target: &mut Value,
+    pointer_parent: &str,
+    field: &str,
+    pairs: &Map<String, Value>,
+) {
     let Some(parent) = ensure(target, pointer_parent) else {
         return;
     };
@@ -991,62 +986,46 @@ fn rename(value: Option<&mut Value>, kind: &str, namespace: &str, renamed: &Rena
     }
 }
 
+/// Where a pod spec names ConfigMaps and Secrets: (list in a container, pointer in an item, kind).
+const CONTAINER_REFS: [(&str, &str, &str); 4] = [
+    ("env", "/valueFrom/configMapKeyRef/name", "ConfigMap"),
+    ("env", "/valueFrom/secretKeyRef/name", "Secret"),
+    ("envFrom", "/configMapRef/name", "ConfigMap"),
+    ("envFrom", "/secretRef/name", "Secret"),
+];
+/// The same in a volume and in a projected volume's source: (pointer, kind).
+const VOLUME_REFS: [(&str, &str); 2] = [
+    ("/configMap/name", "ConfigMap"),
+    ("/secret/secretName", "Secret"),
+];
+const PROJECTED_REFS: [(&str, &str); 2] =
+    [("/configMap/name", "ConfigMap"), ("/secret/name", "Secret")];
+
 fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
     for containers in ["containers", "initContainers"] {
         let Some(list) = spec.get_mut(containers).and_then(Value::as_array_mut) else {
             continue;
         };
         for container in list {
-            if let Some(env) = container.get_mut("env").and_then(Value::as_array_mut) {
-                for var in env {
-                    let c = var.pointer_mut("/valueFrom/configMapKeyRef/name");
-                    rename(c, "ConfigMap", namespace, renamed);
-                    let s = var.pointer_mut("/valueFrom/secretKeyRef/name");
-                    rename(s, "Secret", namespace, renamed);
-                }
-            }
-            if let Some(list) = container.get_mut("envFrom").and_then(Value::as_array_mut) {
-                for from in list {
-                    let c = from.pointer_mut("/configMapRef/name");
-                    rename(c, "ConfigMap", namespace, renamed);
-                    let s = from.pointer_mut("/secretRef/name");
-                    rename(s, "Secret", namespace, renamed);
+            for (field, pointer, kind) in CONTAINER_REFS {
+                let items = container.get_mut(field).and_then(Value::as_array_mut);
+                for item in items.into_iter().flatten() {
+                    rename(item.pointer_mut(pointer), kind, namespace, renamed);
                 }
             }
         }
     }
-    if let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) {
-        for volume in volumes {
-            rename(
-                volume.pointer_mut("/configMap/name"),
-                "ConfigMap",
-                namespace,
-                renamed,
-            );
-            rename(
-                volume.pointer_mut("/secret/secretName"),
-                "Secret",
-                namespace,
-                renamed,
-            );
-            if let Some(sources) = volume
-                .pointer_mut("/projected/sources")
-                .and_then(Value::as_array_mut)
-            {
-                for source in sources {
-                    rename(
-                        source.pointer_mut("/configMap/name"),
-                        "ConfigMap",
-                        namespace,
-                        renamed,
-                    );
-                    rename(
-                        source.pointer_mut("/secret/name"),
-                        "Secret",
-                        namespace,
-                        renamed,
-                    );
-                }
+    let volumes = spec.get_mut("volumes").and_then(Value::as_array_mut);
+    for volume in volumes.into_iter().flatten() {
+        for (pointer, kind) in VOLUME_REFS {
+            rename(volume.pointer_mut(pointer), kind, namespace, renamed);
+        }
+        let sources = volume
+            .pointer_mut("/projected/sources")
+            .and_then(Value::as_array_mut);
+        for source in sources.into_iter().flatten() {
+            for (pointer, kind) in PROJECTED_REFS {
+                rename(source.pointer_mut(pointer), kind, namespace, renamed);
             }
         }
     }

@@ -545,8 +545,9 @@ pub fn target_namespaces(documents: &[Document<'_>]) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed.
-fn normalize(path: &str) -> String {
+/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed: a Flux `spec.path`
+/// or a kustomize resource as a path relative to the repository root.
+pub fn normalize(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
