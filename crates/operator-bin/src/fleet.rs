@@ -403,7 +403,8 @@ fn artifact_path(
     not_followed("is made by no ArtifactGenerator found in the repository")
 }
 
-/// Whether a child Kustomization's source is the cluster's own (the repository being read).
+/// Whether a child Kustomization's source is the cluster's own (the repository being read); `Err`
+/// says why not, for a `SourceNotFollowed` finding (not an error: what it applies is elsewhere).
 fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), String> {
     let source = text(ks, "/spec/sourceRef/name");
     let source_namespace = match text(ks, "/spec/sourceRef/namespace") {
@@ -662,7 +663,7 @@ pub fn read_tree(root: &Path, problems: &mut Vec<Problem>) -> Vec<Object> {
                 code: "InvalidInput",
                 object: relative.clone(),
                 file: Some(relative),
-                message: err,
+                message: err.to_string(),
             }),
         }
     }

@@ -25,6 +25,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::fleet::{FluxOverlay, Problem, relative};
+use crate::{Error, Result};
 
 /// A built object and the file it came from, relative to the repository root.
 #[derive(Clone, PartialEq)]
@@ -81,18 +82,18 @@ pub fn join(dir: &str, entry: &str) -> String {
 
 /// Parses a multi-document YAML file as kustomize does; `List` kinds are expanded, non-objects
 /// dropped.
-pub fn read_documents(path: &Path) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("reading: {e}"))?;
+pub fn read_documents(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
     parse_documents(&text)
 }
 
 /// [`read_documents`] on text.
-pub fn parse_documents(text: &str) -> Result<Vec<Value>, String> {
+pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
     let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
     let documents: Vec<Value> =
         serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
             let e = e.to_string();
-            format!("invalid YAML: {}", e.lines().next().unwrap_or_default())
+            Error::Yaml(e.lines().next().unwrap_or_default().to_owned())
         })?;
     let mut out = Vec::new();
     for document in documents {
@@ -176,10 +177,10 @@ impl Engine {
     ///
     /// When the binary fails to fetch a remote resource (`plan` runs offline), the built-in
     /// subset builds the local part and says so (`RemoteResourceUnavailable`).
-    pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, String> {
+    pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
         match self {
             Engine::Binary(binary) => match build_with_binary(binary, root, dir, overlay) {
-                Err(err) if is_remote_failure(&err) => {
+                Err(Error::Kustomize(err)) if is_remote_failure(&err) => {
                     let mut build = build_in(root, dir, overlay)?;
                     build.problems.push(Problem {
                         level: 1,
@@ -205,10 +206,10 @@ fn build_with_binary(
     root: &Path,
     dir: &str,
     overlay: &FluxOverlay,
-) -> Result<Build, String> {
+) -> Result<Build> {
     let root = root
         .canonicalize()
-        .map_err(|e| format!("{}: {e}", root.display()))?;
+        .map_err(|e| Error::io(root.display(), e))?;
     let temp = TempDir::new()?;
     // From the temporary directory to the filesystem root, then down to the repository.
     let depth = temp.path.components().count().saturating_sub(1);
@@ -240,14 +241,18 @@ fn build_with_binary(
         let components = overlay.components.iter().map(|c| to(&join(dir, c)));
         kustomization.insert("components".into(), json!(components.collect::<Vec<_>>()));
     }
-    let text = serde_json::to_string(&Value::Object(kustomization)).map_err(|e| e.to_string())?;
+    // A map of strings and lists: it always serialises.
+    let text = Value::Object(kustomization).to_string();
     std::fs::write(temp.path.join("kustomization.yaml"), text)
-        .map_err(|e| format!("writing a temporary kustomization: {e}"))?;
+        .map_err(|e| Error::io(temp.path.display(), e))?;
     let output = Command::new(binary)
         .args(["build", "--load-restrictor", "LoadRestrictionsNone"])
         .arg(&temp.path)
         .output()
-        .map_err(|e| format!("running {}: {e}", binary.display()))?;
+        .map_err(|source| Error::Run {
+            program: binary.display().to_string(),
+            source,
+        })?;
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let root_text = root.to_string_lossy();
@@ -256,7 +261,7 @@ fn build_with_binary(
             .replace(&format!("{root_text}/"), "");
         let stderr = stderr.trim().trim_start_matches("Error: ");
         // kustomize nests its errors: the cause is at the end.
-        return Err(tail(stderr, 240));
+        return Err(Error::Kustomize(tail(stderr, 240)));
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut build = Build::default();
@@ -357,15 +362,15 @@ struct TempDir {
 }
 
 impl TempDir {
-    fn new() -> Result<Self, String> {
+    fn new() -> Result<Self> {
         use std::sync::atomic::{AtomicUsize, Ordering};
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = std::env::temp_dir().join(format!("conflux-plan-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
         let path = path
             .canonicalize()
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|e| Error::io(path.display(), e))?;
         Ok(TempDir { path })
     }
 }
@@ -408,7 +413,7 @@ struct Item {
     hash: bool,
 }
 
-fn build_in(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, String> {
+fn build_in(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
     let mut build = Build::default();
     let own = kustomization_file(&root.join(dir)).is_some();
     let mut kustomization = if own {
@@ -448,9 +453,9 @@ fn build_in(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build, Stri
     Ok(build)
 }
 
-fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value), String> {
+fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value)> {
     let file = kustomization_file(&root.join(dir))
-        .ok_or_else(|| format!("no kustomization file in '{dir}'"))?;
+        .ok_or_else(|| Error::Build(format!("no kustomization file in '{dir}'")))?;
     let documents = read_documents(&file)?;
     let kustomization = documents.into_iter().next().unwrap_or_else(|| json!({}));
     Ok((relative(root, &file), kustomization))
@@ -477,9 +482,11 @@ fn accumulate(
     items: &mut Vec<Item>,
     build: &mut Build,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<()> {
     if depth > 32 {
-        return Err(format!("'{dir}': resources nest more than 32 levels"));
+        return Err(Error::Build(format!(
+            "'{dir}': resources nest more than 32 levels"
+        )));
     }
     let fields: Vec<&str> = kustomization
         .as_object()
@@ -520,15 +527,15 @@ fn accumulate(
             accumulate(root, &path, Some(&file), &child, &mut sub, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
-            for object in read_documents(&absolute).map_err(|e| format!("{path}: {e}"))? {
+            for object in read_documents(&absolute)? {
                 if object
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .is_none()
                 {
-                    return Err(format!(
+                    return Err(Error::Build(format!(
                         "failed to decode Kubernetes YAML from {path}: missing metadata.name"
-                    ));
+                    )));
                 }
                 let original = name_of(&object);
                 own.push(Item {
@@ -542,7 +549,9 @@ fn accumulate(
                 });
             }
         } else {
-            return Err(format!("'{path}' (a resource of '{dir}') does not exist"));
+            return Err(Error::Build(format!(
+                "'{path}' (a resource of '{dir}') does not exist"
+            )));
         }
     }
     items.extend(own);
@@ -583,7 +592,7 @@ fn generators(
     kustomization: &Value,
     items: &mut Vec<Item>,
     build: &mut Build,
-) -> Result<(), String> {
+) -> Result<()> {
     let global = kustomization.get("generatorOptions");
     for (field, kind) in [
         ("configMapGenerator", "ConfigMap"),
@@ -596,13 +605,13 @@ fn generators(
             let name = generator
                 .get("name")
                 .and_then(Value::as_str)
-                .ok_or_else(|| format!("{field} in '{dir}' without a name"))?;
+                .ok_or_else(|| Error::Build(format!("{field} in '{dir}' without a name")))?;
             let behavior = generator.get("behavior").and_then(Value::as_str);
             if behavior.is_some_and(|b| b != "create") {
-                return Err(format!(
+                return Err(Error::Build(format!(
                     "{field} '{name}' in '{dir}': behavior '{}' is not built in",
                     behavior.unwrap_or_default()
-                ));
+                )));
             }
             let mut data = BTreeMap::new();
             for literal in strings(generator.get("literals")) {
@@ -630,7 +639,7 @@ fn generators(
                 }
                 let path = join(dir, &path);
                 let text = std::fs::read_to_string(root.join(&path))
-                    .map_err(|e| format!("{field} '{name}': {path}: {e}"))?;
+                    .map_err(|e| Error::io(format!("{field} '{name}': {path}"), e))?;
                 data.insert(key, text);
             }
             let mut envs = strings(generator.get("envs"));
@@ -643,7 +652,7 @@ fn generators(
             for env in envs {
                 let path = join(dir, &env);
                 let text = std::fs::read_to_string(root.join(&path))
-                    .map_err(|e| format!("{field} '{name}': {path}: {e}"))?;
+                    .map_err(|e| Error::io(format!("{field} '{name}': {path}"), e))?;
                 for line in text.lines() {
                     let line = line.trim_start();
                     if line.is_empty() || line.starts_with('#') {

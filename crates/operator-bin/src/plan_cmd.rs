@@ -181,7 +181,7 @@ impl Input {
         // As kustomize reads manifests: YAML 1.2 booleans, legacy octal (see kustomize.rs).
         match operator_bin::kustomize::parse_documents(text) {
             Ok(documents) => documents.into_iter().for_each(|d| self.push(d, &file)),
-            Err(err) => self.problem(origin.to_owned(), err),
+            Err(err) => self.problem(origin.to_owned(), err.to_string()),
         }
     }
 
