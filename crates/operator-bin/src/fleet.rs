@@ -705,3 +705,118 @@ pub fn parent(file: &str) -> String {
     file.rsplit_once('/')
         .map_or(String::new(), |(d, _)| d.to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(file: &str, object: Value) -> Object {
+        Object {
+            object,
+            file: Some(file.to_owned()),
+        }
+    }
+
+    #[test]
+    fn entry_points_are_the_syncs_flux_starts_with() {
+        let documents = [
+            // The bootstrap sync applies the directory holding it.
+            at(
+                "clusters/a/flux-system/gotk-sync.yaml",
+                json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                       "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                       "spec": {"path": "./clusters/a", "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}}),
+            ),
+            // A child Kustomization is no entry point.
+            at(
+                "clusters/a/apps.yaml",
+                json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                       "metadata": {"name": "apps", "namespace": "flux-system"},
+                       "spec": {"path": "./apps"}}),
+            ),
+            at(
+                "clusters/b/flux-system/instance.yaml",
+                json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance",
+                       "metadata": {"name": "flux", "namespace": "flux-system"},
+                       "spec": {"sync": {"kind": "OCIRepository", "path": "clusters/b"}}}),
+            ),
+            // A flux-instance chart values file, the path relative to the pushed directory.
+            at(
+                "k8s/clusters/c/flux-system/instance/values.yaml",
+                json!({"instance": {"sync": {"path": "./clusters/c"}}}),
+            ),
+        ];
+        let files = ["clusters/d/flux-system/gotk-components.yaml".to_owned()];
+        let found = entries(&documents, &files);
+        let names: Vec<(String, &str)> = found
+            .iter()
+            .map(|e| {
+                let path = text(&e.kustomization, "/spec/path");
+                (
+                    join(&e.root, path),
+                    text(&e.kustomization, "/spec/sourceRef/kind"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("clusters/a".to_owned(), "GitRepository"),
+                ("clusters/b".to_owned(), "OCIRepository"),
+                ("clusters/d".to_owned(), "GitRepository"),
+                ("k8s/clusters/c".to_owned(), "GitRepository"),
+            ]
+        );
+        assert_eq!(found[3].root, "k8s");
+    }
+
+    #[test]
+    fn an_external_artifact_of_the_own_source_maps_into_the_repository() {
+        let generator = at(
+            "clusters/a/artifacts.yaml",
+            json!({"apiVersion": "source.extensions.fluxcd.io/v1beta1", "kind": "ArtifactGenerator",
+                   "metadata": {"name": "g", "namespace": "flux-system"},
+                   "spec": {"sources": [{"alias": "repo", "kind": "GitRepository", "name": "flux-system"},
+                                        {"alias": "other", "kind": "GitRepository", "name": "other"}],
+                            "artifacts": [
+                                {"name": "apps", "copy": [
+                                    {"from": "@repo/apps/base/**", "to": "@artifact/base/"},
+                                    {"from": "@repo/apps/staging/", "to": "@artifact/staging/"}]},
+                                {"name": "elsewhere", "copy": [{"from": "@other/x/**", "to": "@artifact/"}]}]}}),
+        );
+        let objects = [&generator];
+        let source = ("flux-system".to_owned(), "flux-system".to_owned());
+        let ks = |artifact: &str, path: &str| {
+            json!({"kind": "Kustomization", "metadata": {"name": "k", "namespace": "flux-system"},
+                   "spec": {"path": path, "sourceRef": {"kind": "ExternalArtifact", "name": artifact}}})
+        };
+        let path =
+            |artifact: &str, path: &str| artifact_path(&objects, &ks(artifact, path), &source);
+        assert_eq!(
+            path("apps", "./staging"),
+            Some(Ok("apps/staging".to_owned()))
+        );
+        assert_eq!(path("apps", "./base/x"), Some(Ok("apps/base/x".to_owned())));
+        assert!(matches!(path("elsewhere", "./"), Some(Err(_))));
+        assert!(matches!(path("unknown", "./"), Some(Err(_))));
+        let git =
+            json!({"kind": "Kustomization", "spec": {"sourceRef": {"kind": "GitRepository"}}});
+        assert_eq!(artifact_path(&objects, &git, &source), None);
+    }
+
+    #[test]
+    fn sops_secrets_keep_their_keys_and_never_their_values() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "flux-system"},
+            "stringData": {"TOKEN": "ENC[AES256_GCM,data:abc,type:str]"},
+            "data": {"KEY": "ENC[AES256_GCM,data:def,type:str]"},
+            "sops": {"version": "3.9.0"}});
+        assert!(is_sops(&secret));
+        let placeholder = sops_placeholder(&secret);
+        assert_eq!(
+            placeholder["data"],
+            json!({"KEY": "RU5DUllQVEVE", "TOKEN": "RU5DUllQVEVE"})
+        );
+        assert!(!placeholder.to_string().contains("ENC["));
+    }
+}
