@@ -268,7 +268,7 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
         for resource in &mut resources {
             resource.file = in_repository(resource.file.take());
         }
-        let substituted = post_build(&ks, &resources, &cluster.objects, &mut cluster.problems);
+        let substituted = post_build(&ks, &resources, &cluster.objects);
         let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
         let root_url = source_url(&known, &entry.kustomization);
         for object in &substituted {
@@ -567,12 +567,7 @@ pub fn is_sops(object: &Value) -> bool {
 /// The Kustomization's resources after postBuild, substituted with the variables of the objects
 /// known so far (kustomize-controller's order: parents first). Resources that cannot be
 /// substituted are kept as built; the substitution audit reports them.
-fn post_build(
-    ks: &Value,
-    resources: &[Object],
-    known: &[Object],
-    problems: &mut Vec<Problem>,
-) -> Vec<Object> {
+fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> Vec<Object> {
     let Ok(post_build) = PostBuild::from_kustomization(ks) else {
         return resources.to_vec();
     };
@@ -609,13 +604,11 @@ fn post_build(
     let options = SubstitutionOptions::default();
     let mut out = Vec::with_capacity(resources.len());
     for resource in resources {
+        // A failure is the substitution audit's to report (SubstitutionFailed); the object
+        // stays as built.
         let object = match substitute_resource(&resource.object, &vars, &options) {
             Ok(ResourceOutcome::Substituted(value)) => value,
-            Ok(_) => resource.object.clone(),
-            Err(_) => {
-                let _ = &problems;
-                resource.object.clone()
-            }
+            _ => resource.object.clone(),
         };
         out.push(Object {
             object,
