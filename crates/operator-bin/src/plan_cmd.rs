@@ -3,7 +3,7 @@
 //! when a ConfigMap/Secret changes, which workloads roll, and what Flux's substitution breaks.
 //!
 //! A fleet repository (one directory with cluster entry points: a `flux-system` sync or a
-//! FluxInstance) is read as Flux builds it, one cluster at a time ([`crate::fleet`]); anything
+//! FluxInstance) is read as Flux builds it, one cluster at a time (`operator_bin::fleet`); anything
 //! else is read as a flat set of manifests.
 //!
 //! This file only reads the input and renders; the answers come from the audits of the library
