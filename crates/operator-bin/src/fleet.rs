@@ -49,6 +49,8 @@ pub struct Applied {
     pub kustomization: Value,
     /// Its objects after the kustomize build and before `postBuild`.
     pub resources: Vec<Object>,
+    /// The directory built, relative to the repository root.
+    pub path: String,
 }
 
 /// One cluster: its entry point, what each Kustomization applies, and the reading problems.
@@ -301,9 +303,11 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
             }
         }
         cluster.objects.extend(substituted);
+        let path = join(&entry.root, &normalize(text(&ks, "/spec/path")));
         cluster.applied.push(Applied {
             kustomization: ks,
             resources,
+            path,
         });
     }
     cluster

@@ -301,6 +301,8 @@ struct Plan {
     rows: Vec<Row>,
     documents: usize,
     generated: usize,
+    /// In a fleet: each Kustomization built, the directory and how many objects it applies.
+    kustomizations: Vec<Value>,
 }
 
 /// Writes to stdout; a closed pipe (`conflux plan … | head`) ends quietly.
@@ -709,12 +711,20 @@ fn audit(
     });
     let (copies, watches) = (copy_edges.collect(), watch_edges.collect());
     let sections = [copies, watches, reload_edges.collect()];
+    let kustomizations = applied
+        .iter()
+        .map(|a| {
+            json!({"name": fleet::object_name(&a.kustomization), "path": a.path,
+                   "objects": a.resources.len()})
+        })
+        .collect();
     Plan {
         name,
         sections,
         rows,
         documents,
         generated,
+        kustomizations,
     }
 }
 
@@ -873,7 +883,7 @@ fn to_json(plans: &[Plan], fail_on: &str, failed: bool) -> Value {
         let mut s = counts(p.rows.iter());
         s["documents"] = json!(p.documents);
         s["generated"] = json!(p.generated);
-        json!({"name": p.name, "summary": s})
+        json!({"name": p.name, "summary": s, "kustomizations": p.kustomizations})
     });
     document["clusters"] = clusters.collect();
     let mut total = counts(plans.iter().flat_map(|p| p.rows.iter()));
