@@ -310,6 +310,31 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
             path,
         });
     }
+    // Files the source leaves out are still read here: say so rather than guess.
+    let ignores = cluster.objects.iter().find(|o| {
+        group(&o.object) == "source.toolkit.fluxcd.io"
+            && text(&o.object, "/metadata/name") == source.0
+            && text(&o.object, "/metadata/namespace") == source.1
+            && o.object.pointer("/spec/ignore").is_some()
+    });
+    let how = match (ignores, root.join(".sourceignore").is_file()) {
+        (Some(_), _) => Some("the source's spec.ignore"),
+        (None, true) => Some("a .sourceignore file"),
+        (None, false) => None,
+    };
+    if let Some(how) = how {
+        cluster.problems.push(Problem {
+            level: 0,
+            code: "SourceIgnoreNotApplied",
+            object: cluster.name.clone(),
+            file: ignores
+                .and_then(|o| o.file.clone())
+                .or_else(|| Some(".sourceignore".to_owned())),
+            message: format!(
+                "{how} leaves files out of the artifact Flux builds from; plan does not apply it (only source-controller's defaults), so a path may be read with files Flux does not have"
+            ),
+        });
+    }
     cluster
 }
 

@@ -128,9 +128,27 @@ pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
+/// What source-controller leaves out of every artifact (fluxcd/pkg `sourceignore`: `ExcludeVCS`,
+/// `ExcludeCI`, `ExcludeExtra`; the excluded extensions are never manifests): directories and
+/// file names, matched at any depth.
+const EXCLUDED_DIRS: [&str; 3] = [".git", ".github", ".circleci"];
+const EXCLUDED_FILES: [&str; 10] = [
+    ".travis.yml",
+    ".gitlab-ci.yml",
+    "appveyor.yml",
+    ".drone.yml",
+    "cloudbuild.yaml",
+    "codeship-services.yml",
+    "codeship-steps.yml",
+    ".goreleaser.yml",
+    ".sops.yaml",
+    ".flux.yaml",
+];
+
 /// Flux's generator (fluxcd/pkg `kustomize` `scanManifests`): the resources of a directory
 /// without a kustomization file, relative to the root. A sub-directory with a kustomization file
-/// is one resource and is not looked into; other files count only as `.yaml`/`.yml`.
+/// is one resource and is not looked into; other files count only as `.yaml`/`.yml`; what
+/// source-controller excludes from artifacts (`.github/`, `.sops.yaml`…) is not there to scan.
 pub fn generated_resources(root: &Path, dir: &str) -> Vec<String> {
     let mut found = Vec::new();
     scan(root, &root.join(dir), &mut found);
@@ -145,6 +163,14 @@ fn scan(root: &Path, dir: &Path, found: &mut Vec<String>) {
     let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
     entries.sort();
     for path in entries {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        if path.is_dir() && EXCLUDED_DIRS.contains(&name.as_str()) {
+            continue;
+        }
+        if EXCLUDED_FILES.contains(&name.as_str()) {
+            continue;
+        }
         if path.is_dir() {
             if kustomization_file(&path).is_some() {
                 found.push(relative(root, &path));
