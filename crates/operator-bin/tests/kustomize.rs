@@ -96,7 +96,7 @@ fn flux_generator_takes_sub_kustomizations_whole_and_only_manifests() {
 
 #[test]
 fn the_built_in_subset_equals_kustomize() {
-    for dir in ["overlay", "labels", "hashing", "base"] {
+    for dir in ["overlay", "labels", "hashing", "base", "patched"] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,
             "{dir} builds nothing"
@@ -117,6 +117,29 @@ fn the_flux_kustomization_fields_equal_kustomize() {
         ..FluxOverlay::default()
     };
     assert!(same("overlay", &overlay) > 5);
+    // The Flux Kustomization's own JSON 6902 patches.
+    let patch = "- op: add\n  path: /data/flux\n  value: patched\n";
+    let overlay = FluxOverlay {
+        patches: vec![json!({"patch": patch, "target": {"kind": "ConfigMap"}})],
+        ..FluxOverlay::default()
+    };
+    assert_eq!(same("generated", &overlay), 6);
+}
+
+#[test]
+fn a_strategic_merge_patch_is_named_not_guessed() {
+    let overlay = FluxOverlay {
+        patches: vec![
+            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-settings}\ndata: {x: y}\n"}),
+        ],
+        ..FluxOverlay::default()
+    };
+    let built = Engine::BuiltIn
+        .build(&corpus(), "generated", &overlay)
+        .expect("builds");
+    let codes: Vec<&str> = built.problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["KustomizeUnsupported"]);
+    assert!(built.problems[0].message.contains("strategic-merge"));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The built-in kustomize subset: resources, components, namespace, name prefix and suffix,
 //! labels and annotations, ConfigMap and Secret generators with their hash suffixes and their
-//! references in pod templates. Any other field is a `KustomizeUnsupported` problem.
+//! references in pod templates, JSON 6902 `patches`. Any other field (and a strategic-merge patch)
+//! is a `KustomizeUnsupported` problem.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -33,6 +34,7 @@ const SUPPORTED: &[&str] = &[
     "secretGenerator",
     "generatorOptions",
     "buildMetadata",
+    "patches",
 ];
 
 /// A built object with the names it had before prefixes, suffixes and hashes (kustomize's
@@ -193,6 +195,7 @@ fn accumulate(
         accumulate(root, &path, Some(&file), &child, items, build, depth + 1)?;
     }
     generators(root, dir, kfile, kustomization, items, build)?;
+    patches(root, dir, kfile, kustomization, items, build)?;
     transform(kustomization, items);
     Ok(())
 }
@@ -459,6 +462,204 @@ fn as_strings(value: Option<&Value>) -> Map<String, Value> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `patches` whose patch is a JSON 6902 operation list (`add`, `remove`, `replace`), applied to
+/// the objects their `target` selects; a strategic-merge patch, or another operation, is a
+/// `KustomizeUnsupported` problem and is skipped. They run before the other transformers.
+fn patches(
+    root: &Path,
+    dir: &str,
+    kfile: Option<&str>,
+    kustomization: &Value,
+    items: &mut [Item],
+    build: &mut Build,
+) -> Result<()> {
+    let entries = kustomization.get("patches").and_then(Value::as_array);
+    for entry in entries.into_iter().flatten() {
+        let text = match (
+            entry.get("patch").and_then(Value::as_str),
+            entry.get("path"),
+        ) {
+            (Some(text), _) => text.to_owned(),
+            (None, Some(Value::String(path))) => {
+                let path = join(dir, path);
+                std::fs::read_to_string(root.join(&path)).map_err(|e| Error::io(&path, e))?
+            }
+            _ => {
+                return Err(Error::Build(format!(
+                    "a patch in '{dir}' has neither patch nor path"
+                )));
+            }
+        };
+        let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+        let patch: Value = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
+            Error::Yaml(e.to_string().lines().next().unwrap_or_default().to_owned())
+        })?;
+        let Value::Array(operations) = patch else {
+            unsupported(
+                build,
+                dir,
+                kfile,
+                "a strategic-merge patch is not applied by the built-in kustomize".to_owned(),
+            );
+            continue;
+        };
+        let unknown = operations.iter().find_map(|o| {
+            let op = o.get("op").and_then(Value::as_str).unwrap_or_default();
+            (!matches!(op, "add" | "remove" | "replace")).then(|| op.to_owned())
+        });
+        if let Some(op) = unknown {
+            unsupported(
+                build,
+                dir,
+                kfile,
+                format!(
+                    "JSON 6902 operation '{op}' is not applied by the built-in kustomize; that patch is skipped"
+                ),
+            );
+            continue;
+        }
+        let target = entry.get("target").cloned().unwrap_or(Value::Null);
+        for item in items.iter_mut() {
+            if selects(&target, &item.object.object)? {
+                for operation in &operations {
+                    apply_operation(&mut item.object.object, operation).map_err(|e| {
+                        Error::Build(format!(
+                            "a patch in '{dir}' on {}: {e}",
+                            name_of(&item.object.object)
+                        ))
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a patch `target` selects `object`: each field a regular expression matching all of
+/// the value, label and annotation selectors as Kubernetes parses them.
+fn selects(target: &Value, object: &Value) -> Result<bool> {
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let api_version = text(object, "/apiVersion");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let fields = [
+        ("group", group.to_owned()),
+        ("version", version.to_owned()),
+        ("kind", text(object, "/kind")),
+        ("name", text(object, "/metadata/name")),
+        ("namespace", text(object, "/metadata/namespace")),
+    ];
+    for (field, value) in fields {
+        let Some(pattern) = target
+            .get(field)
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let regex = regex::Regex::new(&format!("^(?:{pattern})$"))
+            .map_err(|e| Error::Build(format!("patch target {field} '{pattern}': {e}")))?;
+        if !regex.is_match(&value) {
+            return Ok(false);
+        }
+    }
+    for (field, metadata) in [
+        ("labelSelector", "labels"),
+        ("annotationSelector", "annotations"),
+    ] {
+        let Some(selector) = target.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        let selector = watch_index::selector::Selector::parse(selector)
+            .map_err(|e| Error::Build(format!("patch target {field} '{selector}': {e}")))?;
+        let map: BTreeMap<String, String> = object
+            .pointer(&format!("/metadata/{metadata}"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !selector.matches(&map) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// One JSON 6902 `add`, `remove` or `replace` (RFC 6902, as evanphx/json-patch applies it).
+fn apply_operation(object: &mut Value, operation: &Value) -> std::result::Result<(), String> {
+    let op = operation
+        .get("op")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let path = operation
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or("an operation without path")?;
+    let (parent, last) = path
+        .rsplit_once('/')
+        .ok_or_else(|| format!("invalid path '{path}'"))?;
+    let last = last.replace("~1", "/").replace("~0", "~");
+    let container = object
+        .pointer_mut(parent)
+        .ok_or_else(|| format!("{op} operation does not apply: doc is missing path: {path}"))?;
+    let value = || operation.get("value").cloned().unwrap_or(Value::Null);
+    match (op, container) {
+        ("add", Value::Object(map)) => {
+            map.insert(last, value());
+        }
+        ("add", Value::Array(list)) => {
+            let index = if last == "-" {
+                list.len()
+            } else {
+                last.parse()
+                    .map_err(|_| format!("invalid index in '{path}'"))?
+            };
+            if index > list.len() {
+                return Err(format!(
+                    "add operation does not apply: index out of range in '{path}'"
+                ));
+            }
+            list.insert(index, value());
+        }
+        ("remove" | "replace", Value::Object(map)) => {
+            if !map.contains_key(&last) {
+                return Err(format!(
+                    "{op} operation does not apply: doc is missing key: {path}"
+                ));
+            }
+            if op == "remove" {
+                map.remove(&last);
+            } else {
+                map.insert(last, value());
+            }
+        }
+        ("remove" | "replace", Value::Array(list)) => {
+            let index: usize = last
+                .parse()
+                .map_err(|_| format!("invalid index in '{path}'"))?;
+            if index >= list.len() {
+                return Err(format!(
+                    "{op} operation does not apply: index out of range in '{path}'"
+                ));
+            }
+            if op == "remove" {
+                list.remove(index);
+            } else {
+                list[index] = value();
+            }
+        }
+        _ => return Err(format!("{op} operation does not apply at '{path}'")),
+    }
+    Ok(())
 }
 
 /// namespace, namePrefix/nameSuffix, labels and annotations, in kustomize's transformer order.

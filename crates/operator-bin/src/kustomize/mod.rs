@@ -10,7 +10,7 @@
 //!   `tests/kustomize.rs`): `resources` (files and directories), `components`,
 //!   `namespace`, `namePrefix`/`nameSuffix`, `commonLabels`, `labels`, `commonAnnotations`,
 //!   `configMapGenerator`/`secretGenerator` (`literals`, `files`, `envs`, options, hash suffixes)
-//!   with their name references in workloads. Every other field is a `KustomizeUnsupported`
+//!   with their name references in workloads, JSON 6902 `patches` (`add`, `remove`, `replace`). Every other field is a `KustomizeUnsupported`
 //!   warning naming it, and the objects are taken as they are without it.
 //!
 //! YAML is read as kustomize reads it (go-yaml v3): YAML 1.2 booleans, but `0644` is the octal
