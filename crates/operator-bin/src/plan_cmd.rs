@@ -26,7 +26,7 @@ use watch_index::refs::ReferenceSet;
 use watch_index::selector::Selector;
 
 use operator_bin::fleet;
-use operator_bin::kustomize::Engine;
+use operator_bin::kustomize::{Engine, normalize};
 
 /// Output formats of `conflux plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -440,6 +440,7 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
         [root] if root.is_dir() => Some(root.as_path()),
         _ => None,
     };
+    let mut outside_rows = Vec::new();
     if root.is_none() && !args.cluster.is_empty() {
         return Err("--cluster needs exactly one PATH: the repository's directory".to_owned());
     }
@@ -451,7 +452,39 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
             .map(|f| fleet::relative(root, f))
             .collect();
         let mut entries = fleet::entries(&documents, &files);
-        if !args.cluster.is_empty() {
+        if args.cluster.is_empty() {
+            // A sync whose path is not below the directory given (PATH is a part of the
+            // repository): its cluster cannot be built from here.
+            let (inside, outside): (Vec<_>, Vec<_>) = entries.into_iter().partition(|e| {
+                let path = e
+                    .kustomization
+                    .pointer("/spec/path")
+                    .and_then(Value::as_str);
+                root.join(&e.root)
+                    .join(normalize(path.unwrap_or_default()))
+                    .is_dir()
+            });
+            entries = inside;
+            for entry in outside.iter().filter(|_| entries.is_empty()) {
+                let path = entry
+                    .kustomization
+                    .pointer("/spec/path")
+                    .and_then(Value::as_str);
+                let mut r = row(
+                    0,
+                    "fleet",
+                    "EntryOutsideInput",
+                    fleet::object_name(&entry.kustomization),
+                    format!(
+                        "syncs '{}', which is not below {}: read as flat manifests (give the repository's root to plan per cluster)",
+                        path.unwrap_or_default(),
+                        root.display()
+                    ),
+                );
+                r.file = Some(entry.file.clone());
+                outside_rows.push(r);
+            }
+        } else {
             entries = clusters(root, &args.cluster, entries)?;
         }
         if !entries.is_empty() {
@@ -473,7 +506,8 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
     let documents: Vec<Document<'_>> = input.documents.iter().map(view).collect();
     let substitution = postbuild_subst::audit::audit(&documents);
     let rows = substitution.into_iter().map(|f| row!("substitution", f));
-    let rows: Vec<Row> = rows.collect();
+    let mut rows: Vec<Row> = rows.collect();
+    rows.extend(outside_rows);
     Ok(vec![audit(input, None, rows, &[], args, selector)])
 }
 
