@@ -386,7 +386,11 @@ fn one_cluster_at_a_time() {
     // A cluster's directory given instead of the repository: read flat, and said so.
     let part = format!("{}/clusters/staging", d2());
     let report = json(&conflux(&[&part, "-o", "json"], ""));
-    assert!(has(&report, "EntryOutsideInput", "Kustomization/flux-system/flux-system"));
+    assert!(has(
+        &report,
+        "EntryOutsideInput",
+        "Kustomization/flux-system/flux-system"
+    ));
     assert_eq!(report["clusters"].as_array().map(Vec::len), Some(0));
 }
 
