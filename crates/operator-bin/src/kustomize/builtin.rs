@@ -73,15 +73,9 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
     }
     let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
     let mut items = Vec::new();
-    accumulate(
-        root,
-        dir,
-        kfile.as_deref(),
-        &kustomization,
-        &mut items,
-        &mut build,
-        0,
-    )?;
+    let kfile = kfile.as_deref();
+    let here = Here { root, dir, kfile };
+    accumulate(here, &kustomization, &mut items, &mut build, 0)?;
     finish(&mut items);
     build.objects = items.into_iter().map(|i| i.object).collect();
     Ok(build)
@@ -109,14 +103,13 @@ fn strings(value: Option<&Value>) -> Vec<String> {
 /// One kustomization (or component) applied to `items`: resources, components, generators, then
 /// transformers, as kustomize's `accumulateTarget`.
 fn accumulate(
-    root: &Path,
-    dir: &str,
-    kfile: Option<&str>,
+    here: Here<'_>,
     kustomization: &Value,
     items: &mut Vec<Item>,
     build: &mut Build,
     depth: usize,
 ) -> Result<()> {
+    let Here { root, dir, .. } = here;
     if depth > 32 {
         return Err(Error::Build(format!(
             "'{dir}': resources nest more than 32 levels"
@@ -134,8 +127,7 @@ fn accumulate(
     if !fields.is_empty() {
         unsupported(
             build,
-            dir,
-            kfile,
+            here,
             format!(
                 "the built-in kustomize does not apply {}; the objects are taken without it (put the kustomize binary on PATH or pass --kustomize for an exact build)",
                 fields.join(", ")
@@ -147,8 +139,7 @@ fn accumulate(
         if resource.contains("://") || resource.starts_with("github.com/") {
             unsupported(
                 build,
-                dir,
-                kfile,
+                here,
                 format!("remote resource '{resource}' is not fetched"),
             );
             continue;
@@ -158,7 +149,12 @@ fn accumulate(
         if absolute.is_dir() {
             let (file, child) = load_kustomization(root, &path)?;
             let mut sub = Vec::new();
-            accumulate(root, &path, Some(&file), &child, &mut sub, build, depth + 1)?;
+            let here = Here {
+                root,
+                dir: &path,
+                kfile: Some(&file),
+            };
+            accumulate(here, &child, &mut sub, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
             for object in read_documents(&absolute)? {
@@ -192,10 +188,15 @@ fn accumulate(
     for component in strings(kustomization.get("components")) {
         let path = join(dir, &component);
         let (file, child) = load_kustomization(root, &path)?;
-        accumulate(root, &path, Some(&file), &child, items, build, depth + 1)?;
+        let here = Here {
+            root,
+            dir: &path,
+            kfile: Some(&file),
+        };
+        accumulate(here, &child, items, build, depth + 1)?;
     }
-    generators(root, dir, kfile, kustomization, items, build)?;
-    patches(root, dir, kfile, kustomization, items, build)?;
+    generators(here, kustomization, items, build)?;
+    patches(here, kustomization, items, build)?;
     transform(kustomization, items);
     Ok(())
 }
@@ -208,26 +209,34 @@ fn name_of(object: &Value) -> String {
         .to_owned()
 }
 
-/// A `KustomizeUnsupported` problem of the kustomization `kfile` in `dir`.
-fn unsupported(build: &mut Build, dir: &str, kfile: Option<&str>, message: String) {
+/// Where a kustomization is: the repository root, its directory and its file (none for Flux's
+/// generated one).
+#[derive(Clone, Copy)]
+struct Here<'a> {
+    root: &'a Path,
+    dir: &'a str,
+    kfile: Option<&'a str>,
+}
+
+/// A `KustomizeUnsupported` problem of the kustomization `here`.
+fn unsupported(build: &mut Build, here: Here<'_>, message: String) {
     build.problems.push(Problem {
         level: 1,
         code: "KustomizeUnsupported",
-        object: dir.to_owned(),
-        file: kfile.map(str::to_owned),
+        object: here.dir.to_owned(),
+        file: here.kfile.map(str::to_owned),
         message,
     });
 }
 
 /// `configMapGenerator` and `secretGenerator` (behaviour `create`).
 fn generators(
-    root: &Path,
-    dir: &str,
-    kfile: Option<&str>,
+    here: Here<'_>,
     kustomization: &Value,
     items: &mut Vec<Item>,
     build: &mut Build,
 ) -> Result<()> {
+    let Here { root, dir, kfile } = here;
     let global = kustomization.get("generatorOptions");
     for (field, kind) in [
         ("configMapGenerator", "ConfigMap"),
@@ -264,8 +273,7 @@ fn generators(
                 if path.contains("://") {
                     unsupported(
                         build,
-                        dir,
-                        kfile,
+                        here,
                         format!(
                             "{field} '{name}': remote file '{path}' is not fetched; key '{key}' is left out"
                         ),
@@ -468,13 +476,12 @@ fn as_strings(value: Option<&Value>) -> Map<String, Value> {
 /// the objects their `target` selects; a strategic-merge patch, or another operation, is a
 /// `KustomizeUnsupported` problem and is skipped. They run before the other transformers.
 fn patches(
-    root: &Path,
-    dir: &str,
-    kfile: Option<&str>,
+    here: Here<'_>,
     kustomization: &Value,
     items: &mut [Item],
     build: &mut Build,
 ) -> Result<()> {
+    let Here { root, dir, .. } = here;
     let entries = kustomization.get("patches").and_then(Value::as_array);
     for entry in entries.into_iter().flatten() {
         let text = match (
@@ -499,8 +506,7 @@ fn patches(
         let Value::Array(operations) = patch else {
             unsupported(
                 build,
-                dir,
-                kfile,
+                here,
                 "a strategic-merge patch is not applied by the built-in kustomize".to_owned(),
             );
             continue;
@@ -512,8 +518,7 @@ fn patches(
         if let Some(op) = unknown {
             unsupported(
                 build,
-                dir,
-                kfile,
+                here,
                 format!(
                     "JSON 6902 operation '{op}' is not applied by the built-in kustomize; that patch is skipped"
                 ),
