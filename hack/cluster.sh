@@ -12,6 +12,8 @@
 #                                      CONFLUX_GIT_URL when it runs Flux
 #   hack/cluster.sh bin                print the directory holding the Kubernetes binaries
 #   hack/cluster.sh flux-bin           print the directory holding the Flux binaries and manifests
+#   hack/cluster.sh build --kustomize  also build kustomize (the oracle of plan's kustomize tests)
+#   hack/cluster.sh kustomize-bin      print the path of the cached kustomize binary
 #   hack/cluster.sh gen-mods           regenerate the wrapper modules from versions.sh
 #
 # A `git push "$CONFLUX_GIT_URL/NAME.git"` creates or updates the repository that a GitRepository
@@ -28,6 +30,7 @@ ground="$repo_root/hack/cluster"
 cache_root=${CONFLUX_CLUSTER_CACHE:-/var/tmp/conflux-cluster}
 bin_dir="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 flux_dir="$cache_root/flux-$FLUX_VERSION-operator-$FLUX_OPERATOR_VERSION"
+kustomize_bin="$cache_root/kustomize-$KUSTOMIZE_VERSION/kustomize"
 # The Go on PATH, never a toolchain named in a go.mod: the versions above build with Go 1.26.
 export GOTOOLCHAIN=local
 # Each wrapper module is built alone (a go.work of the user's must not join them).
@@ -135,6 +138,8 @@ cmd_gen_mods() {
   EXTRA_REPLACES=${FLUX_OPERATOR_EXTRA_REPLACES:-} gen_mod flux/operator \
     github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" "$FLUX_OPERATOR_VERSION" \
     github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+  gen_mod kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION" "$KUSTOMIZE_VERSION" \
+    sigs.k8s.io/kustomize/kustomize/v5
 }
 
 # go build in wrapper module $1, logging to $2; the remaining arguments go to `go build`.
@@ -221,18 +226,34 @@ build_flux() {
   log "cached in $flux_dir"
 }
 
+# kustomize from its wrapper module, cached by version.
+build_kustomize() {
+  if [ -x "$kustomize_bin" ]; then
+    log "kustomize $KUSTOMIZE_VERSION cached in $kustomize_bin"
+    return 0
+  fi
+  log "building kustomize $KUSTOMIZE_VERSION"
+  mkdir -p "$(dirname "$kustomize_bin")"
+  go_build kustomize "$cache_root/build-kustomize.log" -ldflags "-s -w" -o "$kustomize_bin.tmp" \
+    sigs.k8s.io/kustomize/kustomize/v5
+  mv "$kustomize_bin.tmp" "$kustomize_bin"
+  log "cached in $kustomize_bin"
+}
+
 cmd_build() {
-  local flux=0
+  local flux=0 kustomize=0
   for arg; do
     case $arg in
       --flux) flux=1 ;;
-      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux]" ;;
+      --kustomize) kustomize=1 ;;
+      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux] [--kustomize]" ;;
     esac
   done
   mkdir -p "$cache_root"
   ensure_host_tools
   build_kubernetes
   [ "$flux" = 0 ] || build_flux
+  [ "$kustomize" = 0 ] || build_kustomize
 }
 
 # A loopback port that is free: random below the kernel's ephemeral range (so it cannot be the
@@ -568,6 +589,7 @@ case ${1:-} in
   env) shift; cmd_env "$@" ;;
   bin) echo "$bin_dir" ;;
   flux-bin) echo "$flux_dir" ;;
+  kustomize-bin) echo "$kustomize_bin" ;;
   gen-mods) cmd_gen_mods ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

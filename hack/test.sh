@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$(date +%s)
-bash hack/cluster.sh build --flux
+bash hack/cluster.sh build --flux --kustomize
+# The oracle of conflux plan's kustomize conformance test (crates/operator-bin/tests/kustomize.rs).
+CONFLUX_KUSTOMIZE=$(bash hack/cluster.sh kustomize-bin)
+export CONFLUX_KUSTOMIZE
 echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
 
 if [ $# -eq 0 ]; then

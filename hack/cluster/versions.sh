@@ -26,3 +26,7 @@ SOURCE_CONTROLLER_EXTRA_REPLACES="github.com/fluxcd/pkg/artifact=github.com/flux
 # flux-operator v0.58.0 requires a pseudo-version of go-containerregistry's authn/kubernetes that
 # the proxy does not serve; the nearest earlier one it serves.
 FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/kubernetes=github.com/google/go-containerregistry/pkg/authn/kubernetes@v0.0.0-20260205022027-93aa2732266a"
+
+# kustomize (sigs.k8s.io/kustomize/kustomize/v5), the oracle of `conflux plan`'s built-in build.
+# v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
+KUSTOMIZE_VERSION=v5.8.2

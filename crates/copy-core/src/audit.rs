@@ -58,6 +58,10 @@ use crate::source::{ConfigObject, SourceRef};
 pub struct AuditOptions {
     /// `--sync-source-namespaces`: where kopy-annotated sources may fan out.
     pub sync_source_namespaces: Vec<String>,
+    /// `--copy-resourceset-targets`: also judge the copies of targets a Flux Operator
+    /// ResourceSet generates. Off (the default): Flux Operator copies those under its own RBAC,
+    /// so they are reported as its copies, allowed without conflux's consent.
+    pub resource_set_targets: bool,
 }
 
 /// What makes the copy.
@@ -196,6 +200,7 @@ pub fn audit(objects: &[Value], options: &AuditOptions) -> CopyAudit {
     for object in objects {
         pull(
             object,
+            options,
             &sources,
             &mut report.copies,
             &mut report.findings,
@@ -390,6 +395,7 @@ fn fan_out_copies(
 
 fn pull(
     object: &Value,
+    options: &AuditOptions,
     sources: &BTreeMap<ConfigKey, &Value>,
     copies: &mut Vec<CopyEdge>,
     findings: &mut Vec<Finding>,
@@ -426,7 +432,14 @@ fn pull(
         }
         Some(found) => {
             let consent_list = metadata_map(found, "annotations");
-            match consent::check(&source, consent_list.as_ref(), &target.namespace) {
+            let labels = metadata_map(object, "labels");
+            let flux_operator = crate::ownership::resource_set_of(labels.as_ref())
+                .filter(|_| !options.resource_set_targets);
+            let consent = match &flux_operator {
+                Some(_) => Ok(()),
+                None => consent::check(&source, consent_list.as_ref(), &target.namespace),
+            };
+            match consent {
                 Err(refusal) => {
                     findings.push(Finding::new(
                         Severity::Error,
@@ -440,7 +453,11 @@ fn pull(
                     Verdict::Refused(refusal)
                 }
                 Ok(()) => {
-                    let why = if source.namespace == target.namespace {
+                    let why = if let Some(resource_set) = &flux_operator {
+                        format!(
+                            "Flux Operator's: ResourceSet {resource_set} copies it with its own RBAC (conflux leaves it alone unless --copy-resourceset-targets)"
+                        )
+                    } else if source.namespace == target.namespace {
                         "same namespace".to_owned()
                     } else {
                         let list = consent_list
@@ -519,6 +536,38 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": name, "namespace": ns, "annotations": annotations},
                "data": data})
+    }
+
+    #[test]
+    fn resource_set_targets_are_flux_operators_unless_conflux_copies_them() {
+        let source = cm("flux-system", "info", json!({}), json!({"k": "v"}));
+        let mut target = cm(
+            "team-a",
+            "info",
+            json!({"fluxcd.controlplane.io/copyFrom": "flux-system/info"}),
+            json!({}),
+        );
+        target["metadata"]["labels"] = json!({
+            "resourceset.fluxcd.controlplane.io/name": "tenants",
+            "resourceset.fluxcd.controlplane.io/namespace": "flux-system",
+        });
+        let objects = [source, target];
+        let report = audit(&objects, &AuditOptions::default());
+        assert!(report.findings.is_empty(), "{:?}", report.findings);
+        let Verdict::Allowed(why) = &report.copies[0].verdict else {
+            panic!("{:?}", report.copies[0].verdict);
+        };
+        assert!(
+            why.starts_with("Flux Operator's: ResourceSet flux-system/tenants"),
+            "{why}"
+        );
+        assert_eq!(report.written[0]["data"]["k"], "v");
+        let conflux = AuditOptions {
+            resource_set_targets: true,
+            ..AuditOptions::default()
+        };
+        let report = audit(&objects, &conflux);
+        assert!(matches!(report.copies[0].verdict, Verdict::Refused(_)));
     }
 
     fn copy_from(ns: &str, name: &str, from: &str) -> Value {
@@ -716,6 +765,7 @@ mod tests {
         );
         let trusted = AuditOptions {
             sync_source_namespaces: vec!["a".to_owned()],
+            ..AuditOptions::default()
         };
         let report = audit(&objects, &trusted);
         assert!(

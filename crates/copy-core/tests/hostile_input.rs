@@ -307,6 +307,7 @@ fn copy_audit_hostile() {
                 } else {
                     Vec::new()
                 },
+                ..AuditOptions::default()
             };
             let report = audit(&objects, &options);
             for finding in &report.findings {

@@ -44,6 +44,10 @@ pub struct BuildArgs {
     /// A Flux Kustomization manifest: its `spec.postBuild` decides the variables and strategy.
     #[arg(long, value_name = "FILE")]
     pub kustomization: Option<PathBuf>,
+    /// Which Flux Kustomization of the `--kustomization` file (`NAME` or `NAMESPACE/NAME`);
+    /// required when the file holds several.
+    #[arg(long, value_name = "NAME", requires = "kustomization")]
+    pub name: Option<String>,
     /// Strict mode: a variable used without default and not defined is an error.
     #[arg(long)]
     pub strict: bool,
@@ -89,6 +93,39 @@ fn text_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
         .unwrap_or_default()
 }
 
+/// The Flux Kustomization named `name` among `documents`, or the only one.
+fn pick_kustomization(documents: Vec<Value>, name: Option<&str>) -> anyhow::Result<Value> {
+    let is_flux = |d: &Value| {
+        text_at(d, "/kind") == "Kustomization"
+            && text_at(d, "/apiVersion").starts_with("kustomize.toolkit.fluxcd.io/")
+    };
+    let id = |d: &Value| {
+        format!(
+            "{}/{}",
+            text_at(d, "/metadata/namespace"),
+            text_at(d, "/metadata/name")
+        )
+    };
+    let mut found: Vec<Value> = documents.into_iter().filter(is_flux).collect();
+    if let Some(name) = name {
+        found.retain(|d| text_at(d, "/metadata/name") == name || id(d) == name);
+    }
+    match found.len() {
+        1 => Ok(found.remove(0)),
+        0 => bail!(
+            "holds no Flux Kustomization{}",
+            name.map(|n| format!(" named '{n}'")).unwrap_or_default()
+        ),
+        _ => {
+            let names: Vec<String> = found.iter().map(id).collect();
+            bail!(
+                "holds several Flux Kustomizations ({}): choose one with --name",
+                names.join(", ")
+            )
+        }
+    }
+}
+
 /// The variables and strategy from the flags.
 fn variables(args: &BuildArgs) -> anyhow::Result<(Variables, bool)> {
     let mut sources = Vec::new();
@@ -97,10 +134,8 @@ fn variables(args: &BuildArgs) -> anyhow::Result<(Variables, bool)> {
     }
     let (mut vars, always) = match &args.kustomization {
         Some(path) => {
-            let kustomization = read_documents(path)?
-                .into_iter()
-                .next()
-                .with_context(|| format!("{} holds no document", path.display()))?;
+            let kustomization = pick_kustomization(read_documents(path)?, args.name.as_deref())
+                .with_context(|| format!("--kustomization {}", path.display()))?;
             let namespace = text_at(&kustomization, "/metadata/namespace");
             let post_build = PostBuild::from_kustomization(&kustomization)?;
             let vars = load_variables(&post_build, |reference: &SubstituteReference| {

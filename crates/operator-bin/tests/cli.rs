@@ -187,3 +187,29 @@ fn build_rejects_bad_flag_value() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("expected NAME=VALUE"));
 }
+
+#[test]
+fn build_with_several_kustomizations_needs_a_name() {
+    let two = temp_file(
+        "two-ks.yaml",
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: a, namespace: x}\nspec: {postBuild: {substitute: {A: one}}}\n\
+---\napiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: b, namespace: x}\nspec: {postBuild: {substitute: {A: two}}}\n",
+    );
+    let path = two.to_str().expect("utf-8 path");
+    let input = "apiVersion: v1\ndata:\n  a: ${A}\nkind: ConfigMap\nmetadata:\n  name: c\n";
+    let out = conflux(&["build", "--kustomization", path], input, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr)
+            .contains("several Flux Kustomizations (x/a, x/b): choose one with --name"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = conflux(
+        &["build", "--kustomization", path, "--name", "x/b"],
+        input,
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), input.replace("${A}", "two"));
+}

@@ -16,6 +16,8 @@ fn conflux(args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_conflux"))
         .arg("plan")
         .args(args)
+        // The built-in kustomize, so the result does not depend on a binary on PATH.
+        .args(["--kustomize", "builtin"])
         .env("NO_COLOR", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -63,9 +65,9 @@ fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
     let report = json(&out);
     for (code, object) in [
         ("WatchLabelMissing", "ConfigMap/team-b/runtime-info"),
-        ("CopyRefused", "ConfigMap/partner-x/monitoring-endpoints"),
         ("UndefinedVariable", "Kustomization/team-b/apps"),
         ("CoercedValue", "Kustomization/team-a/apps"),
+        ("InvalidWorkload", "Deployment/team-a/podinfo"),
         ("CopySourceMissing", "ConfigMap/team-a/trusted-ca"),
     ] {
         assert!(
@@ -74,8 +76,22 @@ fn every_planted_mistake_is_flagged_and_the_exit_status_is_1() {
             findings(&report)
         );
     }
-    // Nothing else: the rest of the fleet is meant to be right.
+    // Nothing else: the rest of the fleet is meant to be right. The ResourceSet's copy into
+    // partner-x is Flux Operator's (as `conflux run` leaves it), unless conflux is to copy it.
     assert_eq!(findings(&report).len(), 5, "{:?}", findings(&report));
+    let out = conflux(&[&fleet(), "-o", "json", "--copy-resourceset-targets"], "");
+    let refused = json(&out);
+    assert!(has(
+        &refused,
+        "CopyRefused",
+        "ConfigMap/partner-x/monitoring-endpoints"
+    ));
+    // Every finding names its cluster and its file.
+    for finding in report["findings"].as_array().expect("findings") {
+        assert_eq!(finding["cluster"], "clusters/production", "{finding}");
+        assert!(finding["file"].is_string(), "{finding}");
+        assert!(finding["line"].is_u64(), "{finding}");
+    }
     let undefined = &report["findings"]
         .as_array()
         .and_then(|f| f.iter().find(|f| f["code"] == "UndefinedVariable"))
@@ -142,8 +158,10 @@ fn json_has_the_documented_shape() {
         "findings",
         &["severity", "code", "domain", "object", "message"],
     );
-    assert_eq!(report["summary"]["errors"], 3);
-    assert_eq!(report["summary"]["warnings"], 2);
+    assert_eq!(report["summary"]["errors"], 1);
+    assert_eq!(report["summary"]["warnings"], 4);
+    assert_eq!(report["clusters"][0]["name"], "clusters/production");
+    assert_eq!(report["clusters"][0]["summary"]["errors"], 1);
     assert_eq!(report["summary"]["failOn"], "error");
     assert_eq!(report["summary"]["failed"], true);
 
@@ -179,7 +197,7 @@ fn text_and_dot_outputs() {
         !stdout.contains('\x1b'),
         "no colour when stdout is not a terminal"
     );
-    assert!(stdout.contains("3 errors, 2 warnings, 0 info"), "{stdout}");
+    assert!(stdout.contains("1 errors, 4 warnings, 0 info"), "{stdout}");
 
     let out = conflux(&[&fleet(), "--output", "dot"], "");
     assert_eq!(out.status.code(), Some(1));
@@ -271,4 +289,154 @@ fn usage_errors_exit_2_and_bad_input_exits_1() {
         "{}",
         text(&out.stderr)
     );
+}
+
+fn d2() -> String {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fleets/d2");
+    dir.to_string_lossy().into_owned()
+}
+
+/// (cluster, severity, code, object) of every finding.
+fn per_cluster(report: &Value) -> Vec<(String, String, String, String)> {
+    let findings = report["findings"].as_array().expect("findings");
+    findings
+        .iter()
+        .map(|f| {
+            let field = |k: &str| f[k].as_str().unwrap_or_default().to_owned();
+            (
+                field("cluster"),
+                field("severity"),
+                field("code"),
+                field("object"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_d2_fleet_is_planned_per_cluster_with_only_the_real_findings() {
+    let external = format!("{}/external/terraform.yaml", d2());
+    let out = conflux(&[&d2(), "-o", "json", "--external", &external], "");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let report = json(&out);
+    let clusters: Vec<&str> = report["clusters"]
+        .as_array()
+        .expect("clusters")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        clusters,
+        ["clusters/production", "clusters/staging", "clusters/update"]
+    );
+    // The copies of flux-runtime-info in the update cluster lack the watch label: the one real
+    // finding. Each cluster's own flux-runtime-info defines its variables (no UndefinedVariable),
+    // the ResourceSet copies are Flux Operator's (no CopyRefused), generated ConfigMaps and the
+    // namespace of the sub-kustomization are applied (no ReferenceMissing), the SOPS Secret's
+    // keys count and its values are never decoded.
+    assert_eq!(
+        per_cluster(&report),
+        [(
+            "clusters/update".to_owned(),
+            "warning".to_owned(),
+            "WatchLabelMissing".to_owned(),
+            "ConfigMap/apps/flux-runtime-info".to_owned()
+        )]
+    );
+    let finding = &report["findings"][0];
+    assert_eq!(finding["file"], "clusters/update/automation.yaml");
+    // The generated settings (hash suffix, sub-kustomization namespace) roll the exporter.
+    let edges = report["reloadEdges"].as_array().expect("reloadEdges");
+    let hashed = edges.iter().filter(|e| {
+        let config = e["config"].as_str().unwrap_or_default();
+        config.starts_with("ConfigMap/monitoring/exporter-settings-")
+    });
+    assert_eq!(hashed.count(), 2, "one per cluster: {edges:?}");
+    // The ExternalSecret's Secret exists in the cluster: it rolls the exporter too.
+    let external = edges
+        .iter()
+        .filter(|e| e["config"] == "Secret/monitoring/exporter-credentials");
+    assert_eq!(external.count(), 2, "one per cluster: {edges:?}");
+
+    // Without the Terraform-made pull secret declared: warnings, not errors.
+    let out = conflux(&[&d2(), "-o", "json"], "");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    let missing = per_cluster(&json(&out));
+    assert!(
+        missing
+            .iter()
+            .filter(|(_, _, code, _)| code == "CopySourceMissing")
+            .all(|(_, severity, _, _)| severity == "warning")
+    );
+    assert_eq!(missing.len(), 5, "{missing:?}");
+}
+
+#[test]
+fn one_cluster_at_a_time() {
+    let out = conflux(&[&d2(), "-o", "json", "--cluster", "clusters/staging"], "");
+    let report = json(&out);
+    assert_eq!(report["clusters"].as_array().map(Vec::len), Some(1));
+    assert_eq!(report["clusters"][0]["name"], "clusters/staging");
+    let copies = report["copies"].as_array().expect("copies");
+    assert!(copies.iter().all(|c| c["cluster"] == "clusters/staging"));
+
+    let out = conflux(&[&d2(), "--cluster", "clusters/nowhere"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+
+    // A cluster's directory given instead of the repository: read flat, and said so.
+    let part = format!("{}/clusters/staging", d2());
+    let report = json(&conflux(&[&part, "-o", "json"], ""));
+    assert!(has(
+        &report,
+        "EntryOutsideInput",
+        "Kustomization/flux-system/flux-system"
+    ));
+    assert_eq!(report["clusters"].as_array().map(Vec::len), Some(0));
+}
+
+#[test]
+fn a_missing_path_an_empty_input_and_a_closed_pipe() {
+    let dir = std::env::temp_dir().join(format!("conflux-plan-test-{}", std::process::id()));
+    let cluster = dir.join("clusters/one/flux-system");
+    std::fs::create_dir_all(&cluster).expect("temp dir");
+    std::fs::write(
+        cluster.join("gotk-sync.yaml"),
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: flux-system, namespace: flux-system}\nspec:\n  path: ./clusters/one\n  sourceRef: {kind: GitRepository, name: flux-system}\n",
+    )
+    .expect("written");
+    std::fs::write(
+        dir.join("clusters/one/apps.yaml"),
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: apps, namespace: flux-system}\nspec:\n  path: ./apps\n  sourceRef: {kind: GitRepository, name: flux-system}\n",
+    )
+    .expect("written");
+    let report = json(&conflux(
+        &[dir.to_str().unwrap_or_default(), "-o", "json"],
+        "",
+    ));
+    assert!(has(
+        &report,
+        "PathNotFound",
+        "Kustomization/flux-system/apps"
+    ));
+
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).expect("empty dir");
+    let out = conflux(
+        &[empty.to_str().unwrap_or_default(), "--fail-on", "warning"],
+        "",
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stdout).contains("NothingToPlan"));
+
+    // `conflux plan DIR -o dot | true`: the reader is gone before conflux writes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_conflux"))
+        .args(["plan", &d2(), "-o", "dot"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("conflux starts");
+    drop(child.stdout.take());
+    let status = child.wait().expect("conflux finishes");
+    assert_ne!(status.code(), Some(101), "a broken pipe must not panic");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -16,7 +16,8 @@
 //!    literally when no variable is defined at all), `CoercedValue` (warning: a string that YAML
 //!    1.1 turns into a bool, a number other than a plain decimal integer, or null, such as `yes`,
 //!    `on`, `0755`, `1e3`, `~` or empty), `SubstitutionFailed` (error: upstream's message, e.g. a
-//!    missing non-optional `substituteFrom` source or a value that breaks the YAML),
+//!    value that breaks the YAML), `SubstituteSourceMissing` (warning: a non-optional
+//!    `substituteFrom` source not in the input; it may be made outside the repository),
 //!    `InvalidPostBuild` (error).
 //!
 //! [`target_namespaces`] gives the namespaces `spec.targetNamespace` sets on the documents a
@@ -193,15 +194,43 @@ pub fn audit(documents: &[Document<'_>]) -> Vec<Finding> {
                 .pointer("/spec/postBuild")
                 .is_some_and(|p| !p.is_null())
         {
-            kustomization(object, documents, &configs, &mut findings);
+            let resources = resources(text(object, "/spec/path"), documents);
+            kustomization(object, &resources, &configs, &mut findings);
         }
+    }
+    findings
+}
+
+/// Audits one Flux Kustomization given what it applies (`resources`, as built, before
+/// substitution), with the ConfigMaps/Secrets of the cluster (`configs`; later ones win); see the
+/// [module docs](self). For callers that build each Kustomization themselves.
+pub fn audit_kustomization(
+    ks: &Value,
+    resources: &[Document<'_>],
+    configs: &[&Value],
+) -> Vec<Finding> {
+    let mut by_key: BTreeMap<(&str, &str, &str), &Value> = BTreeMap::new();
+    for object in configs {
+        let kind = text(object, "/kind");
+        if text(object, "/apiVersion") == "v1" && matches!(kind, "ConfigMap" | "Secret") {
+            let key = (
+                kind,
+                text(object, "/metadata/namespace"),
+                text(object, "/metadata/name"),
+            );
+            by_key.insert(key, object);
+        }
+    }
+    let mut findings = Vec::new();
+    if ks.pointer("/spec/postBuild").is_some_and(|p| !p.is_null()) {
+        kustomization(ks, resources, &by_key, &mut findings);
     }
     findings
 }
 
 fn kustomization(
     ks: &Value,
-    documents: &[Document<'_>],
+    resources: &[Document<'_>],
     configs: &BTreeMap<(&str, &str, &str), &Value>,
     findings: &mut Vec<Finding>,
 ) {
@@ -223,10 +252,14 @@ fn kustomization(
     let vars = match vars {
         Ok(vars) => vars,
         Err(err) => {
+            // Not in the input is not "not in the cluster": Terraform, External Secrets or an
+            // operator may make it. Its variables are unknown, so none is checked.
             return add(
-                Severity::Error,
-                "SubstitutionFailed",
-                format!("{err} (not found in the input): the Kustomization fails to build"),
+                Severity::Warning,
+                "SubstituteSourceMissing",
+                format!(
+                    "{err} in the input: if it is not made outside the repository (declare it with --external), the Kustomization fails to build; its variables are not checked"
+                ),
             );
         }
     };
@@ -275,7 +308,7 @@ fn kustomization(
     };
     // Undefined names, with the resources using them, in order of first use.
     let mut undefined: Vec<(String, Vec<String>)> = Vec::new();
-    for resource in resources(text(ks, "/spec/path"), documents) {
+    for resource in resources.iter().copied() {
         let label = match resource.file {
             Some(file) => format!("{} ({file})", object_name(resource.object)),
             None => object_name(resource.object),
@@ -512,8 +545,9 @@ pub fn target_namespaces(documents: &[Document<'_>]) -> Vec<(usize, String)> {
         .collect()
 }
 
-/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed.
-fn normalize(path: &str) -> String {
+/// `a/b/../c/./d` → `a/c/d`; leading `./` and `/`, trailing `/` removed: a Flux `spec.path`
+/// or a kustomize resource as a path relative to the repository root.
+pub fn normalize(path: &str) -> String {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
@@ -700,7 +734,7 @@ mod tests {
                                                    {"kind": "ConfigMap", "name": "maybe", "optional": true}]}),
         );
         let out = run(&[(&missing, None)]);
-        assert_eq!(out[0].0, "SubstitutionFailed");
+        assert_eq!(out[0].0, "SubstituteSourceMissing");
         assert!(
             out[0]
                 .2

@@ -7,7 +7,7 @@
 //! `replicas: << inputs.replicas >>` gives a number. Objects annotated
 //! `fluxcd.controlplane.io/reconcile: disabled` are dropped, the first object with a given group,
 //! kind, namespace and name wins, and `spec.commonMetadata` labels and annotations are set on
-//! every object.
+//! every object, with Flux Operator's [`NAME_LABEL`] and [`NAMESPACE_LABEL`].
 //!
 //! Only the simple substitution of the template language is supported: `<< inputs.a.b >>`,
 //! optionally `| quote`, with `<<-`/`->>` trimming. Anything else (sprig functions, `if`,
@@ -91,20 +91,22 @@ pub fn expand(resource_set: &Value) -> Expansion {
     );
     let mut expansion = Expansion::default();
     let spec = resource_set.get("spec").unwrap_or(&Value::Null);
-    if spec
+    let from_providers = spec
         .get("inputsFrom")
         .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
+        .is_some_and(|a| !a.is_empty());
+    if from_providers {
         expansion.findings.push(Finding::new(
             Severity::Info,
             "ResourceSetInputsFrom",
             name.clone(),
-            "inputs from ResourceSetInputProviders are not known offline; only spec.inputs are expanded",
+            "inputs from ResourceSetInputProviders are not known offline; only spec.inputs are expanded (none when there are only those)",
         ));
     }
     let inputs: Vec<Value> = match spec.get("inputs").and_then(Value::as_array) {
         Some(inputs) if !inputs.is_empty() => inputs.clone(),
+        // Every input comes from providers, unknown offline: nothing to expand.
+        _ if from_providers => return expansion,
         _ => vec![Value::Null],
     };
     let mut templates: Vec<(String, &Value)> = Vec::new();
@@ -208,10 +210,30 @@ pub fn expand(resource_set: &Value) -> Expansion {
                 }
             }
         }
+        // Flux Operator labels every object it generates with its ResourceSet.
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            let labels = metadata
+                .entry("labels")
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if let Some(labels) = labels.as_object_mut() {
+                let owner = [
+                    (NAME_LABEL, text(resource_set, "/metadata/name")),
+                    (NAMESPACE_LABEL, text(resource_set, "/metadata/namespace")),
+                ];
+                for (label, value) in owner {
+                    labels.insert(label.to_owned(), Value::String(value.to_owned()));
+                }
+            }
+        }
         expansion.objects.push(object);
     }
     expansion
 }
+
+/// The label Flux Operator puts on every object a ResourceSet generates: its name.
+pub const NAME_LABEL: &str = "resourceset.fluxcd.controlplane.io/name";
+/// The label Flux Operator puts on every object a ResourceSet generates: its namespace.
+pub const NAMESPACE_LABEL: &str = "resourceset.fluxcd.controlplane.io/namespace";
 
 fn template_finding(
     report: &mut impl FnMut(Severity, &'static str, String) -> Finding,
@@ -345,6 +367,19 @@ mod tests {
     fn rset(spec: Value) -> Value {
         json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "ResourceSet",
                "metadata": {"name": "rs", "namespace": "flux-system"}, "spec": spec})
+    }
+
+    #[test]
+    fn inputs_only_from_providers_expand_nothing() {
+        let rset = json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "ResourceSet",
+            "metadata": {"name": "previews", "namespace": "apps"},
+            "spec": {"inputsFrom": [{"kind": "ResourceSetInputProvider", "name": "prs"}],
+                     "resources": [{"apiVersion": "v1", "kind": "Namespace",
+                                    "metadata": {"name": "pr-<< inputs.id >>"}}]}});
+        let expansion = expand(&rset);
+        assert!(expansion.objects.is_empty());
+        let codes: Vec<&str> = expansion.findings.iter().map(|f| f.code).collect();
+        assert_eq!(codes, ["ResourceSetInputsFrom"]);
     }
 
     #[test]

@@ -1,0 +1,844 @@
+//! A Flux fleet repository read as Flux builds it, one cluster at a time, for `conflux plan`.
+//!
+//! A cluster starts where Flux starts on it: its `flux-system` Kustomization (the sync that
+//! `flux bootstrap` writes) or a `FluxInstance`'s `spec.sync`. From there the Kustomization graph
+//! is followed: every Flux `Kustomization` an applied Kustomization produces, whose source is the
+//! cluster's own source, is built in turn with its `spec.path` relative to the repository root.
+//! Each build is what kustomize-controller applies:
+//! 1. a path without a `kustomization.yaml` gets Flux's generated one (fluxcd/pkg `kustomize`
+//!    `scanManifests`): every `.yaml`/`.yml` file below it, except that a sub-directory with its
+//!    own kustomization file is one resource and is not looked into;
+//! 2. the kustomize build ([`crate::kustomize`]): the real `kustomize` binary when there is one,
+//!    else the built-in subset, which reports what it does not do;
+//! 3. the Kustomization's own `targetNamespace`, `namePrefix`/`nameSuffix`, `patches`,
+//!    `components`, `images` and `commonMetadata`;
+//! 4. `postBuild` substitution, with the variables of the objects found so far.
+//!
+//! Objects outside the cluster's source (other repositories, Terraform, External Secrets) are not
+//! followed and are at most warnings. This module reads files and may run a process; the
+//! decisions about the objects stay with the library crates' audits.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::path::{Path, PathBuf};
+
+use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
+use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
+use serde_json::{Value, json};
+
+use crate::kustomize::{Engine, Object, join, normalize};
+
+/// One problem found while reading the fleet (not while auditing its objects).
+#[derive(Debug, Clone)]
+pub struct Problem {
+    /// 1 warning, 2 error.
+    pub level: usize,
+    /// A stable reason code.
+    pub code: &'static str,
+    /// The object or path concerned.
+    pub object: String,
+    /// The file, relative to the repository root, when known.
+    pub file: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// What one Flux Kustomization applies.
+#[derive(Debug, Clone)]
+pub struct Applied {
+    /// The Kustomization, as its parent applies it.
+    pub kustomization: Value,
+    /// Its objects after the kustomize build and before `postBuild`.
+    pub resources: Vec<Object>,
+    /// The directory built, relative to the repository root.
+    pub path: String,
+}
+
+/// One cluster: its entry point, what each Kustomization applies, and the reading problems.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    /// The cluster's directory, relative to the repository root (`clusters/staging`).
+    pub name: String,
+    /// Every object applied to the cluster, after `postBuild`, with its file.
+    pub objects: Vec<Object>,
+    /// What each Kustomization applies, in the order Flux reaches them.
+    pub applied: Vec<Applied>,
+    /// Problems found while reading.
+    pub problems: Vec<Problem>,
+}
+
+fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn group(object: &Value) -> &str {
+    text(object, "/apiVersion")
+        .rsplit_once('/')
+        .map_or("", |(g, _)| g)
+}
+
+/// A Flux `Kustomization` (not a kustomize configuration file).
+pub fn is_flux_kustomization(object: &Value) -> bool {
+    group(object) == "kustomize.toolkit.fluxcd.io" && text(object, "/kind") == "Kustomization"
+}
+
+fn is_flux_instance(object: &Value) -> bool {
+    group(object) == "fluxcd.controlplane.io" && text(object, "/kind") == "FluxInstance"
+}
+
+/// `Kind/namespace/name` (`Kind/name` without a namespace).
+pub fn object_name(object: &Value) -> String {
+    let (kind, name) = (text(object, "/kind"), text(object, "/metadata/name"));
+    match text(object, "/metadata/namespace") {
+        "" => format!("{kind}/{name}"),
+        namespace => format!("{kind}/{namespace}/{name}"),
+    }
+}
+
+/// A cluster entry point: the Kustomization Flux starts with and the file declaring it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// The root Kustomization (synthesised for a FluxInstance).
+    pub kustomization: Value,
+    /// Where it is declared.
+    pub file: String,
+    /// The source's root in the repository (`""`: the repository root; `kubernetes` when CI
+    /// pushes that directory as the OCI artifact Flux syncs).
+    pub root: String,
+}
+
+/// The directory, among `file`'s ancestors, under which `path` contains `file`: the root of the
+/// source that the sync declared in `file` reads (`""` when none does).
+fn source_root(file: &str, path: &str) -> String {
+    let mut dir = parent(file);
+    loop {
+        let full = crate::kustomize::join(&dir, path);
+        if full.is_empty() || file.starts_with(&format!("{full}/")) {
+            return dir;
+        }
+        if dir.is_empty() {
+            return String::new();
+        }
+        dir = parent(&dir);
+    }
+}
+
+/// The sync Kustomization a FluxInstance makes: `flux-system` in its namespace, from the source
+/// of the same name.
+fn instance_sync(instance: &Value) -> Option<Value> {
+    let path = instance.pointer("/spec/sync/path")?.as_str()?;
+    let namespace = match text(instance, "/metadata/namespace") {
+        "" => "flux-system",
+        namespace => namespace,
+    };
+    let kind = match text(instance, "/spec/sync/kind") {
+        "" => "GitRepository",
+        kind => kind,
+    };
+    Some(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": "flux-system", "namespace": namespace},
+        "spec": {"path": path, "sourceRef": {"kind": kind, "name": "flux-system"}},
+    }))
+}
+
+/// The sync Kustomization of the `flux-instance` Helm chart: `spec.values.instance.sync`.
+fn chart_instance_sync(release: &Value) -> Option<Value> {
+    let sync = release.pointer("/spec/values/instance/sync")?;
+    let instance = json!({"metadata": {"namespace": text(release, "/metadata/namespace")},
+                          "spec": {"sync": sync}});
+    instance_sync(&instance)
+}
+
+/// Finds the cluster entry points among `documents` (objects with their files), one per cluster
+/// directory:
+/// - a Flux Kustomization whose `spec.path` contains its own file (the sync applies itself, as
+///   `flux bootstrap` writes it); at the repository root only when it is named `flux-system`;
+/// - a FluxInstance's `spec.sync.path`, or the same in the values of a HelmRelease of the
+///   `flux-instance` chart;
+/// - a directory with a `flux-system` sub-directory holding `gotk-components.yaml` (a bootstrap
+///   layout whose sync file is not committed).
+pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
+    let mut found: BTreeMap<String, Entry> = BTreeMap::new();
+    for document in documents {
+        let Some(file) = &document.file else { continue };
+        let object = &document.object;
+        let kustomization = if is_flux_instance(object) {
+            instance_sync(object)
+        } else if text(object, "/kind") == "HelmRelease" {
+            chart_instance_sync(object)
+        } else if object.get("kind").is_none() && object.pointer("/instance/sync/path").is_some() {
+            // A values file of the flux-instance chart (given to it by a generated ConfigMap).
+            let values = json!({"spec": {"values": object}});
+            chart_instance_sync(&values)
+        } else if is_flux_kustomization(object) {
+            let path = normalize(text(object, "/spec/path"));
+            let name = text(object, "/metadata/name");
+            let contains = if path.is_empty() {
+                name == "flux-system"
+            } else {
+                file.starts_with(&format!("{path}/"))
+            };
+            contains.then(|| object.clone())
+        } else {
+            None
+        };
+        if let Some(kustomization) = kustomization {
+            let path = normalize(text(&kustomization, "/spec/path"));
+            let root = source_root(file, &path);
+            let file = file.clone();
+            found.entry(join(&root, &path)).or_insert(Entry {
+                kustomization,
+                file,
+                root,
+            });
+        }
+    }
+    for file in files {
+        let Some(cluster) = file.strip_suffix("/flux-system/gotk-components.yaml") else {
+            continue;
+        };
+        let covered = found.keys().any(|path| path == cluster);
+        if !covered {
+            let kustomization = json!({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                "spec": {"path": cluster,
+                         "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+            });
+            let (file, root) = (file.clone(), String::new());
+            let entry = Entry {
+                kustomization,
+                file,
+                root,
+            };
+            found.insert(cluster.to_owned(), entry);
+        }
+    }
+    // A sync nested in another cluster's directory is that cluster's, not a cluster of its own.
+    let paths: Vec<String> = found.keys().cloned().collect();
+    found.retain(|path, _| {
+        !paths.iter().any(|other| {
+            other != path && !other.is_empty() && path.starts_with(&format!("{other}/"))
+        })
+    });
+    found.into_values().collect()
+}
+
+/// Builds the cluster whose entry is `entry`: the Kustomization graph from it, every
+/// Kustomization built as kustomize-controller builds it. `external` are objects that exist in
+/// the cluster but not in the repository.
+pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Object]) -> Cluster {
+    let source = (
+        text(&entry.kustomization, "/spec/sourceRef/name").to_owned(),
+        match text(&entry.kustomization, "/metadata/namespace") {
+            "" => "flux-system".to_owned(),
+            namespace => namespace.to_owned(),
+        },
+    );
+    let mut cluster = Cluster {
+        name: join(&entry.root, text(&entry.kustomization, "/spec/path")),
+        objects: external.to_vec(),
+        ..Cluster::default()
+    };
+    let source_root = root.join(&entry.root);
+    let root = source_root.as_path();
+    // Files are reported relative to the repository, also when the source is a sub-directory.
+    let in_repository = |file: Option<String>| match (&file, entry.root.is_empty()) {
+        (Some(f), false) if !f.starts_with("--") => Some(join(&entry.root, f)),
+        _ => file,
+    };
+    let mut seen = BTreeSet::new();
+    let mut queue = VecDeque::from([(entry.kustomization.clone(), Some(entry.file.clone()))]);
+    while let Some((ks, file)) = queue.pop_front() {
+        if !seen.insert(object_name(&ks)) {
+            continue;
+        }
+        let built = build_one(
+            root,
+            &entry.root,
+            &ks,
+            file.as_deref(),
+            engine,
+            &mut cluster,
+        );
+        let Some(mut resources) = built else {
+            continue;
+        };
+        for resource in &mut resources {
+            resource.file = in_repository(resource.file.take());
+        }
+        let substituted = post_build(&ks, &resources, &cluster.objects);
+        let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
+        let root_url = source_url(&known, &entry.kustomization);
+        for object in &substituted {
+            if is_flux_kustomization(&object.object) && object.object != ks {
+                let same_url = root_url
+                    .as_deref()
+                    .is_some_and(|url| source_url(&known, &object.object).as_deref() == Some(url));
+                let artifact = artifact_path(&known, &object.object, &source);
+                let follows = match (&artifact, same_url) {
+                    (Some(Ok(_)), _) | (None, true) => Ok(()),
+                    (Some(Err(why)), _) => Err(why.clone()),
+                    (None, false) => follows(&object.object, &source),
+                };
+                match follows {
+                    Ok(()) => {
+                        let mut child = object.object.clone();
+                        if let (Some(Ok(path)), Some(spec)) = (&artifact, child.get_mut("spec")) {
+                            spec["path"] = Value::String(path.clone());
+                        }
+                        queue.push_back((child, object.file.clone()));
+                    }
+                    Err(why) => cluster.problems.push(Problem {
+                        level: 0,
+                        code: "SourceNotFollowed",
+                        object: object_name(&object.object),
+                        file: object.file.clone(),
+                        message: why,
+                    }),
+                }
+            }
+        }
+        cluster.objects.extend(substituted);
+        let path = join(&entry.root, &normalize(text(&ks, "/spec/path")));
+        cluster.applied.push(Applied {
+            kustomization: ks,
+            resources,
+            path,
+        });
+    }
+    // Files the source leaves out are still read here: say so rather than guess.
+    let ignores = cluster.objects.iter().find(|o| {
+        group(&o.object) == "source.toolkit.fluxcd.io"
+            && text(&o.object, "/metadata/name") == source.0
+            && text(&o.object, "/metadata/namespace") == source.1
+            && o.object.pointer("/spec/ignore").is_some()
+    });
+    let how = match (ignores, root.join(".sourceignore").is_file()) {
+        (Some(_), _) => Some("the source's spec.ignore"),
+        (None, true) => Some("a .sourceignore file"),
+        (None, false) => None,
+    };
+    if let Some(how) = how {
+        cluster.problems.push(Problem {
+            level: 0,
+            code: "SourceIgnoreNotApplied",
+            object: cluster.name.clone(),
+            file: ignores
+                .and_then(|o| o.file.clone())
+                .or_else(|| Some(".sourceignore".to_owned())),
+            message: format!(
+                "{how} leaves files out of the artifact Flux builds from; plan does not apply it (only source-controller's defaults), so a path may be read with files Flux does not have"
+            ),
+        });
+    }
+    cluster
+}
+
+/// The URL of a Kustomization's source (`spec.url` of the GitRepository/OCIRepository/Bucket
+/// it names, among `objects`), without a trailing `.git` or `/`.
+fn source_url(objects: &[&Object], ks: &Value) -> Option<String> {
+    let name = text(ks, "/spec/sourceRef/name");
+    let kind = text(ks, "/spec/sourceRef/kind");
+    let namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    let source = objects.iter().rev().find(|o| {
+        group(&o.object) == "source.toolkit.fluxcd.io"
+            && text(&o.object, "/kind") == kind
+            && text(&o.object, "/metadata/name") == name
+            && text(&o.object, "/metadata/namespace") == namespace
+    })?;
+    let url = text(&source.object, "/spec/url");
+    let url = url.trim_end_matches('/');
+    let url = url.strip_suffix(".git").unwrap_or(url);
+    (!url.is_empty()).then(|| url.to_owned())
+}
+
+/// For a Kustomization whose source is an `ExternalArtifact` of an `ArtifactGenerator` (Flux
+/// source-watcher) copying from the cluster's own source: its path in the repository. The copy
+/// rule whose destination holds `spec.path` maps it (`from: "@repo/apps/staging/**"` or
+/// `"@repo/apps/staging/"`, `to:
+/// "@artifact/staging/"`); relative references inside are read from the repository, so they
+/// must keep the repository's layout. `None` when the source is not an ExternalArtifact.
+fn artifact_path(
+    objects: &[&Object],
+    ks: &Value,
+    (root_source, _): &(String, String),
+) -> Option<Result<String, String>> {
+    if text(ks, "/spec/sourceRef/kind") != "ExternalArtifact" {
+        return None;
+    }
+    let name = text(ks, "/spec/sourceRef/name");
+    let namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    let path = normalize(text(ks, "/spec/path"));
+    let not_followed = |why: &str| {
+        Some(Err(format!(
+            "its source ExternalArtifact/{namespace}/{name} {why}: what it applies is not planned"
+        )))
+    };
+    let generators = objects.iter().map(|o| &o.object).filter(|o| {
+        text(o, "/kind") == "ArtifactGenerator" && text(o, "/metadata/namespace") == namespace
+    });
+    for generator in generators {
+        let Some(artifact) = generator
+            .pointer("/spec/artifacts")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|a| text(a, "/name") == name))
+        else {
+            continue;
+        };
+        let sources = generator.pointer("/spec/sources").and_then(Value::as_array);
+        let own = |alias: &str| {
+            sources
+                .into_iter()
+                .flatten()
+                .any(|s| text(s, "/alias") == alias && text(s, "/name") == root_source)
+        };
+        let copies = artifact.get("copy").and_then(Value::as_array);
+        for copy in copies.into_iter().flatten() {
+            let (from, to) = (text(copy, "/from"), text(copy, "/to"));
+            let Some(to) = to.strip_prefix("@artifact/").map(normalize) else {
+                continue;
+            };
+            let Some((alias, from)) = from.strip_prefix('@').and_then(|f| f.split_once('/')) else {
+                continue;
+            };
+            // `dir/**` and `dir/` both copy the directory's contents.
+            let Some(from) = from.strip_suffix("/**").or_else(|| from.strip_suffix('/')) else {
+                continue;
+            };
+            let inside = to.is_empty() || path == to || path.starts_with(&format!("{to}/"));
+            if !inside {
+                continue;
+            }
+            if !own(alias) {
+                return not_followed("copies from another source");
+            }
+            let rest = path.strip_prefix(&to).unwrap_or(&path);
+            return Some(Ok(join(from, rest.trim_start_matches('/'))));
+        }
+        return not_followed(
+            "has no plain copy rule (`@source/dir/**` or `@source/dir/`) holding its path",
+        );
+    }
+    not_followed("is made by no ArtifactGenerator found in the repository")
+}
+
+/// Whether a child Kustomization's source is the cluster's own (the repository being read); `Err`
+/// says why not, for a `SourceNotFollowed` finding (not an error: what it applies is elsewhere).
+fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), String> {
+    let source = text(ks, "/spec/sourceRef/name");
+    let source_namespace = match text(ks, "/spec/sourceRef/namespace") {
+        "" => text(ks, "/metadata/namespace"),
+        namespace => namespace,
+    };
+    if source == name && (source_namespace == namespace || source_namespace.is_empty()) {
+        return Ok(());
+    }
+    let kind = text(ks, "/spec/sourceRef/kind");
+    Err(format!(
+        "its source {kind}/{source_namespace}/{source} is not this repository's ({namespace}/{name}): what it applies is not planned"
+    ))
+}
+
+/// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
+fn build_one(
+    root: &Path,
+    prefix: &str,
+    ks: &Value,
+    file: Option<&str>,
+    engine: &Engine,
+    cluster: &mut Cluster,
+) -> Option<Vec<Object>> {
+    let name = object_name(ks);
+    let path = text(ks, "/spec/path");
+    let mut problem = |level, code, message: String| {
+        cluster.problems.push(Problem {
+            level,
+            code,
+            object: name.clone(),
+            file: file.map(str::to_owned),
+            message,
+        });
+    };
+    if path.contains("${") {
+        problem(
+            2,
+            "PathNotFound",
+            format!("spec.path '{path}' still holds a variable after substitution"),
+        );
+        return None;
+    }
+    let dir = normalize(path);
+    let absolute = root.join(&dir);
+    if !absolute.is_dir() {
+        problem(
+            2,
+            "PathNotFound",
+            format!(
+                "spec.path '{path}' does not exist in the repository: kustomize-controller fails with 'kustomization path not found'"
+            ),
+        );
+        return None;
+    }
+    let overlay = FluxOverlay::of(ks);
+    let fallback = file.map(str::to_owned);
+    match engine.build(root, &dir, &overlay) {
+        Ok(build) => {
+            for p in build.problems {
+                let file = p.file.map(|f| join(prefix, &f));
+                cluster.problems.push(Problem {
+                    object: name.clone(),
+                    file: file.or_else(|| fallback.clone()),
+                    ..p
+                });
+            }
+            let mut objects = build.objects;
+            overlay.common_metadata(&mut objects);
+            Some(objects)
+        }
+        Err(err) => {
+            cluster.problems.push(Problem {
+                level: 2,
+                code: "BuildFailed",
+                object: name,
+                file: file.map(str::to_owned),
+                message: format!("kustomize build of '{dir}' fails: {err}"),
+            });
+            None
+        }
+    }
+}
+
+/// The fields of a Flux Kustomization that kustomize-controller adds to the kustomization it
+/// builds (`targetNamespace`, `namePrefix`, `nameSuffix`, `patches`, `components`, `images`),
+/// and `commonMetadata`, which it sets on every object after the build.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FluxOverlay {
+    /// `spec.targetNamespace`.
+    pub namespace: Option<String>,
+    /// `spec.namePrefix`.
+    pub name_prefix: Option<String>,
+    /// `spec.nameSuffix`.
+    pub name_suffix: Option<String>,
+    /// `spec.patches`, as kustomize `patches` entries.
+    pub patches: Vec<Value>,
+    /// `spec.components`, relative to the path.
+    pub components: Vec<String>,
+    /// `spec.images`.
+    pub images: Vec<Value>,
+    /// `spec.commonMetadata`.
+    pub common_metadata: Option<Value>,
+}
+
+impl FluxOverlay {
+    fn of(ks: &Value) -> Self {
+        let string = |p: &str| ks.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let list = |p: &str| {
+            ks.pointer(p)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        FluxOverlay {
+            namespace: string("/spec/targetNamespace").filter(|s| !s.is_empty()),
+            name_prefix: string("/spec/namePrefix").filter(|s| !s.is_empty()),
+            name_suffix: string("/spec/nameSuffix").filter(|s| !s.is_empty()),
+            patches: list("/spec/patches"),
+            components: list("/spec/components")
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect(),
+            images: list("/spec/images"),
+            common_metadata: ks.pointer("/spec/commonMetadata").cloned(),
+        }
+    }
+
+    /// Whether kustomize has anything to add to the directory's own kustomization.
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_none()
+            && self.name_prefix.is_none()
+            && self.name_suffix.is_none()
+            && self.patches.is_empty()
+            && self.components.is_empty()
+            && self.images.is_empty()
+    }
+
+    /// `spec.commonMetadata`: labels and annotations on every object (kustomize-controller's
+    /// post-build step, which does not touch selectors).
+    fn common_metadata(&self, objects: &mut [Object]) {
+        let Some(common) = &self.common_metadata else {
+            return;
+        };
+        for object in objects {
+            for field in ["labels", "annotations"] {
+                if let Some(extra) = common.get(field).and_then(Value::as_object) {
+                    crate::kustomize::insert_all(&mut object.object, "/metadata", field, extra);
+                }
+            }
+        }
+    }
+}
+
+/// A Secret encrypted with SOPS (a top-level `sops` key): its values are never decoded.
+pub fn is_sops(object: &Value) -> bool {
+    text(object, "/kind") == "Secret" && object.get("sops").is_some_and(Value::is_object)
+}
+
+/// The Kustomization's resources after postBuild, substituted with the variables of the objects
+/// known so far (kustomize-controller's order: parents first). Resources that cannot be
+/// substituted are kept as built; the substitution audit reports them.
+fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> Vec<Object> {
+    let Ok(post_build) = PostBuild::from_kustomization(ks) else {
+        return resources.to_vec();
+    };
+    let namespace = text(ks, "/metadata/namespace");
+    let find = |kind: &str, namespace: &str, name: &str| {
+        known.iter().rev().find(|o| {
+            text(&o.object, "/kind") == kind
+                && text(&o.object, "/metadata/name") == name
+                && text(&o.object, "/metadata/namespace") == namespace
+        })
+    };
+    let vars = load_variables(&post_build, |reference| {
+        let kind = reference.kind.as_str();
+        let mut found = find(kind, namespace, &reference.name);
+        // A pull copy holds its source's data once copied.
+        let copy_from = found.map(|o| {
+            text(
+                &o.object,
+                "/metadata/annotations/fluxcd.controlplane.io~1copyFrom",
+            )
+        });
+        if let Some((source_namespace, source_name)) = copy_from.and_then(|c| c.split_once('/')) {
+            found = find(kind, source_namespace, source_name).or(found);
+        }
+        match found {
+            Some(o) if is_sops(&o.object) => SourceLookup::Found(sops_placeholder(&o.object)),
+            Some(o) => SourceLookup::Found(o.object.clone()),
+            None => SourceLookup::NotFound,
+        }
+    });
+    let Ok(vars) = vars else {
+        return resources.to_vec();
+    };
+    let options = SubstitutionOptions::default();
+    let mut out = Vec::with_capacity(resources.len());
+    for resource in resources {
+        // A failure is the substitution audit's to report (SubstitutionFailed); the object
+        // stays as built.
+        let object = match substitute_resource(&resource.object, &vars, &options) {
+            Ok(ResourceOutcome::Substituted(value)) => value,
+            _ => resource.object.clone(),
+        };
+        out.push(Object {
+            object,
+            file: resource.file.clone(),
+        });
+    }
+    out
+}
+
+/// A SOPS-encrypted Secret with its values replaced: the keys (variable names) stay, each value
+/// is the text `ENCRYPTED`, never the ciphertext or a decoded value.
+pub fn sops_placeholder(secret: &Value) -> Value {
+    let mut copy = secret.clone();
+    let mut keys = BTreeSet::new();
+    for field in ["data", "stringData"] {
+        if let Some(map) = secret.get(field).and_then(Value::as_object) {
+            keys.extend(map.keys().cloned());
+        }
+    }
+    if let Some(object) = copy.as_object_mut() {
+        object.remove("stringData");
+        object.remove("sops");
+        let data = keys
+            .into_iter()
+            .map(|k| (k, Value::String("RU5DUllQVEVE".to_owned())))
+            .collect();
+        object.insert("data".to_owned(), Value::Object(data));
+    }
+    copy
+}
+
+/// Reads every YAML document below `root` (for entry-point discovery and the flat mode), with
+/// its file relative to `root`. Hidden directories are skipped.
+pub fn read_tree(root: &Path, problems: &mut Vec<Problem>) -> Vec<Object> {
+    let mut out = Vec::new();
+    for path in yaml_files(root) {
+        let relative = relative(root, &path);
+        match crate::kustomize::read_documents(&path) {
+            Ok(documents) => out.extend(documents.into_iter().map(|object| Object {
+                object,
+                file: Some(relative.clone()),
+            })),
+            Err(err) => problems.push(Problem {
+                level: 1,
+                code: "InvalidInput",
+                object: relative.clone(),
+                file: Some(relative),
+                message: err.to_string(),
+            }),
+        }
+    }
+    out
+}
+
+/// Every `.yaml`/`.yml` file below `root`, sorted; hidden directories are skipped.
+pub fn yaml_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let (path, name) = (entry.path(), entry.file_name());
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                if !name.starts_with('.') {
+                    dirs.push(path);
+                }
+            } else if name.ends_with(".yaml") || name.ends_with(".yml") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// `path` relative to `root`, with `/` separators.
+pub fn relative(root: &Path, path: &Path) -> String {
+    let relative: PathBuf = path.strip_prefix(root).unwrap_or(path).to_path_buf();
+    relative.to_string_lossy().replace('\\', "/")
+}
+
+/// The directory of a file path (`a/b/c.yaml` → `a/b`).
+pub fn parent(file: &str) -> String {
+    file.rsplit_once('/')
+        .map_or(String::new(), |(d, _)| d.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(file: &str, object: Value) -> Object {
+        Object {
+            object,
+            file: Some(file.to_owned()),
+        }
+    }
+
+    #[test]
+    fn entry_points_are_the_syncs_flux_starts_with() {
+        let documents = [
+            // The bootstrap sync applies the directory holding it.
+            at(
+                "clusters/a/flux-system/gotk-sync.yaml",
+                json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                       "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                       "spec": {"path": "./clusters/a", "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}}),
+            ),
+            // A child Kustomization is no entry point.
+            at(
+                "clusters/a/apps.yaml",
+                json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                       "metadata": {"name": "apps", "namespace": "flux-system"},
+                       "spec": {"path": "./apps"}}),
+            ),
+            at(
+                "clusters/b/flux-system/instance.yaml",
+                json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "FluxInstance",
+                       "metadata": {"name": "flux", "namespace": "flux-system"},
+                       "spec": {"sync": {"kind": "OCIRepository", "path": "clusters/b"}}}),
+            ),
+            // A flux-instance chart values file, the path relative to the pushed directory.
+            at(
+                "k8s/clusters/c/flux-system/instance/values.yaml",
+                json!({"instance": {"sync": {"path": "./clusters/c"}}}),
+            ),
+        ];
+        let files = ["clusters/d/flux-system/gotk-components.yaml".to_owned()];
+        let found = entries(&documents, &files);
+        let names: Vec<(String, &str)> = found
+            .iter()
+            .map(|e| {
+                let path = text(&e.kustomization, "/spec/path");
+                (
+                    join(&e.root, path),
+                    text(&e.kustomization, "/spec/sourceRef/kind"),
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("clusters/a".to_owned(), "GitRepository"),
+                ("clusters/b".to_owned(), "OCIRepository"),
+                ("clusters/d".to_owned(), "GitRepository"),
+                ("k8s/clusters/c".to_owned(), "GitRepository"),
+            ]
+        );
+        assert_eq!(found[3].root, "k8s");
+    }
+
+    #[test]
+    fn an_external_artifact_of_the_own_source_maps_into_the_repository() {
+        let generator = at(
+            "clusters/a/artifacts.yaml",
+            json!({"apiVersion": "source.extensions.fluxcd.io/v1beta1", "kind": "ArtifactGenerator",
+                   "metadata": {"name": "g", "namespace": "flux-system"},
+                   "spec": {"sources": [{"alias": "repo", "kind": "GitRepository", "name": "flux-system"},
+                                        {"alias": "other", "kind": "GitRepository", "name": "other"}],
+                            "artifacts": [
+                                {"name": "apps", "copy": [
+                                    {"from": "@repo/apps/base/**", "to": "@artifact/base/"},
+                                    {"from": "@repo/apps/staging/", "to": "@artifact/staging/"}]},
+                                {"name": "elsewhere", "copy": [{"from": "@other/x/**", "to": "@artifact/"}]}]}}),
+        );
+        let objects = [&generator];
+        let source = ("flux-system".to_owned(), "flux-system".to_owned());
+        let ks = |artifact: &str, path: &str| {
+            json!({"kind": "Kustomization", "metadata": {"name": "k", "namespace": "flux-system"},
+                   "spec": {"path": path, "sourceRef": {"kind": "ExternalArtifact", "name": artifact}}})
+        };
+        let path =
+            |artifact: &str, path: &str| artifact_path(&objects, &ks(artifact, path), &source);
+        assert_eq!(
+            path("apps", "./staging"),
+            Some(Ok("apps/staging".to_owned()))
+        );
+        assert_eq!(path("apps", "./base/x"), Some(Ok("apps/base/x".to_owned())));
+        assert!(matches!(path("elsewhere", "./"), Some(Err(_))));
+        assert!(matches!(path("unknown", "./"), Some(Err(_))));
+        let git =
+            json!({"kind": "Kustomization", "spec": {"sourceRef": {"kind": "GitRepository"}}});
+        assert_eq!(artifact_path(&objects, &git, &source), None);
+    }
+
+    #[test]
+    fn sops_secrets_keep_their_keys_and_never_their_values() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "flux-system"},
+            "stringData": {"TOKEN": "ENC[AES256_GCM,data:abc,type:str]"},
+            "data": {"KEY": "ENC[AES256_GCM,data:def,type:str]"},
+            "sops": {"version": "3.9.0"}});
+        assert!(is_sops(&secret));
+        let placeholder = sops_placeholder(&secret);
+        assert_eq!(
+            placeholder["data"],
+            json!({"KEY": "RU5DUllQVEVE", "TOKEN": "RU5DUllQVEVE"})
+        );
+        assert!(!placeholder.to_string().contains("ENC["));
+    }
+}

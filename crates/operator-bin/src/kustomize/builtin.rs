@@ -1,0 +1,919 @@
+//! The built-in kustomize subset: resources, components, namespace, name prefix and suffix,
+//! labels and annotations, ConfigMap and Secret generators with their hash suffixes and their
+//! references in pod templates, JSON 6902 `patches`. Any other field (and a strategic-merge patch)
+//! is a `KustomizeUnsupported` problem.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use base64::Engine as _;
+use postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{
+    Build, Object, add_overlay, generated_resources, join, kustomization_file, read_documents,
+};
+use crate::fleet::{FluxOverlay, Problem, relative};
+use crate::{Error, Result};
+
+/// The fields of a kustomization the built-in engine applies.
+const SUPPORTED: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata",
+    "resources",
+    "components",
+    "namespace",
+    "namePrefix",
+    "nameSuffix",
+    "commonLabels",
+    "labels",
+    "commonAnnotations",
+    "configMapGenerator",
+    "secretGenerator",
+    "generatorOptions",
+    "buildMetadata",
+    "patches",
+];
+
+/// A built object with the names it had before prefixes, suffixes and hashes (kustomize's
+/// previous names), for name references.
+#[derive(Clone)]
+struct Item {
+    object: Object,
+    original: String,
+    generated: bool,
+    hash: bool,
+}
+
+pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
+    let mut build = Build::default();
+    let own = kustomization_file(&root.join(dir)).is_some();
+    let mut kustomization = if own {
+        load_kustomization(root, dir)?.1
+    } else {
+        let resources = generated_resources(root, dir);
+        let base = |r: &String| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned();
+        let resources: Vec<String> = resources
+            .iter()
+            .map(|r| if dir.is_empty() { r.clone() } else { base(r) })
+            .collect();
+        json!({"resources": resources})
+    };
+    // Flux's own fields go into the same kustomization.
+    if let Some(map) = kustomization.as_object_mut() {
+        add_overlay(map, overlay);
+        if !overlay.components.is_empty() {
+            let components = map.entry("components").or_insert_with(|| json!([]));
+            if let Some(list) = components.as_array_mut() {
+                list.extend(overlay.components.iter().map(|c| json!(c)));
+            }
+        }
+    }
+    let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
+    let mut items = Vec::new();
+    let kfile = kfile.as_deref();
+    let here = Here { root, dir, kfile };
+    accumulate(here, &kustomization, &mut items, &mut build, 0)?;
+    finish(&mut items);
+    build.objects = items.into_iter().map(|i| i.object).collect();
+    Ok(build)
+}
+
+fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value)> {
+    let file = kustomization_file(&root.join(dir))
+        .ok_or_else(|| Error::Build(format!("no kustomization file in '{dir}'")))?;
+    let documents = read_documents(&file)?;
+    let kustomization = documents.into_iter().next().unwrap_or_else(|| json!({}));
+    Ok((relative(root, &file), kustomization))
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One kustomization (or component) applied to `items`: resources, components, generators, then
+/// transformers, as kustomize's `accumulateTarget`.
+fn accumulate(
+    here: Here<'_>,
+    kustomization: &Value,
+    items: &mut Vec<Item>,
+    build: &mut Build,
+    depth: usize,
+) -> Result<()> {
+    let Here { root, dir, .. } = here;
+    if depth > 32 {
+        return Err(Error::Build(format!(
+            "'{dir}': resources nest more than 32 levels"
+        )));
+    }
+    let fields: Vec<&str> = kustomization
+        .as_object()
+        .map(|m| {
+            m.keys()
+                .map(String::as_str)
+                .filter(|k| !SUPPORTED.contains(k))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !fields.is_empty() {
+        unsupported(
+            build,
+            here,
+            format!(
+                "the built-in kustomize does not apply {}; the objects are taken without it (put the kustomize binary on PATH or pass --kustomize for an exact build)",
+                fields.join(", ")
+            ),
+        );
+    }
+    let mut own = Vec::new();
+    for resource in strings(kustomization.get("resources")) {
+        if resource.contains("://") || resource.starts_with("github.com/") {
+            unsupported(
+                build,
+                here,
+                format!("remote resource '{resource}' is not fetched"),
+            );
+            continue;
+        }
+        let path = join(dir, &resource);
+        let absolute = root.join(&path);
+        if absolute.is_dir() {
+            let (file, child) = load_kustomization(root, &path)?;
+            let mut sub = Vec::new();
+            let here = Here {
+                root,
+                dir: &path,
+                kfile: Some(&file),
+            };
+            accumulate(here, &child, &mut sub, build, depth + 1)?;
+            own.extend(sub);
+        } else if absolute.is_file() {
+            for object in read_documents(&absolute)? {
+                if object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .is_none()
+                {
+                    return Err(Error::Build(format!(
+                        "failed to decode Kubernetes YAML from {path}: missing metadata.name"
+                    )));
+                }
+                let original = name_of(&object);
+                own.push(Item {
+                    object: Object {
+                        object,
+                        file: Some(path.clone()),
+                    },
+                    original,
+                    generated: false,
+                    hash: false,
+                });
+            }
+        } else {
+            return Err(Error::Build(format!(
+                "'{path}' (a resource of '{dir}') does not exist"
+            )));
+        }
+    }
+    items.extend(own);
+    for component in strings(kustomization.get("components")) {
+        let path = join(dir, &component);
+        let (file, child) = load_kustomization(root, &path)?;
+        let here = Here {
+            root,
+            dir: &path,
+            kfile: Some(&file),
+        };
+        accumulate(here, &child, items, build, depth + 1)?;
+    }
+    generators(here, kustomization, items, build)?;
+    patches(here, kustomization, items, build)?;
+    transform(kustomization, items);
+    Ok(())
+}
+
+fn name_of(object: &Value) -> String {
+    object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Where a kustomization is: the repository root, its directory and its file (none for Flux's
+/// generated one).
+#[derive(Clone, Copy)]
+struct Here<'a> {
+    root: &'a Path,
+    dir: &'a str,
+    kfile: Option<&'a str>,
+}
+
+/// A `KustomizeUnsupported` problem of the kustomization `here`.
+fn unsupported(build: &mut Build, here: Here<'_>, message: String) {
+    build.problems.push(Problem {
+        level: 1,
+        code: "KustomizeUnsupported",
+        object: here.dir.to_owned(),
+        file: here.kfile.map(str::to_owned),
+        message,
+    });
+}
+
+/// `configMapGenerator` and `secretGenerator` (behaviour `create`).
+fn generators(
+    here: Here<'_>,
+    kustomization: &Value,
+    items: &mut Vec<Item>,
+    build: &mut Build,
+) -> Result<()> {
+    let Here { root, dir, kfile } = here;
+    let global = kustomization.get("generatorOptions");
+    for (field, kind) in [
+        ("configMapGenerator", "ConfigMap"),
+        ("secretGenerator", "Secret"),
+    ] {
+        let Some(list) = kustomization.get(field).and_then(Value::as_array) else {
+            continue;
+        };
+        for generator in list {
+            let name = generator
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| Error::Build(format!("{field} in '{dir}' without a name")))?;
+            let behavior = generator.get("behavior").and_then(Value::as_str);
+            if behavior.is_some_and(|b| b != "create") {
+                return Err(Error::Build(format!(
+                    "{field} '{name}' in '{dir}': behavior '{}' is not built in",
+                    behavior.unwrap_or_default()
+                )));
+            }
+            let mut data = BTreeMap::new();
+            for literal in strings(generator.get("literals")) {
+                let (key, value) = literal.split_once('=').unwrap_or((&literal, ""));
+                data.insert(key.to_owned(), unquote(value).to_owned());
+            }
+            for file in strings(generator.get("files")) {
+                let (key, path) = match file.split_once('=') {
+                    Some((key, path)) => (key.to_owned(), path.to_owned()),
+                    None => {
+                        let key = file.rsplit('/').next().unwrap_or(&file).to_owned();
+                        (key, file.clone())
+                    }
+                };
+                if path.contains("://") {
+                    unsupported(
+                        build,
+                        here,
+                        format!(
+                            "{field} '{name}': remote file '{path}' is not fetched; key '{key}' is left out"
+                        ),
+                    );
+                    continue;
+                }
+                let path = join(dir, &path);
+                let text = std::fs::read_to_string(root.join(&path))
+                    .map_err(|e| Error::io(format!("{field} '{name}': {path}"), e))?;
+                data.insert(key, text);
+            }
+            let mut envs = strings(generator.get("envs"));
+            envs.extend(
+                generator
+                    .get("env")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            );
+            for env in envs {
+                let path = join(dir, &env);
+                let text = std::fs::read_to_string(root.join(&path))
+                    .map_err(|e| Error::io(format!("{field} '{name}': {path}"), e))?;
+                for line in text.lines() {
+                    let line = line.trim_start();
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    if let Some((key, value)) = line.split_once('=') {
+                        data.insert(key.to_owned(), value.to_owned());
+                    }
+                }
+            }
+            let options = |key: &str| {
+                generator
+                    .pointer(&format!("/options/{key}"))
+                    .or_else(|| global.and_then(|g| g.get(key)))
+            };
+            let merged = |key: &str| {
+                let mut map = Map::new();
+                for source in [
+                    global.and_then(|g| g.get(key)),
+                    generator.pointer(&format!("/options/{key}")),
+                ] {
+                    if let Some(m) = source.and_then(Value::as_object) {
+                        map.extend(m.clone());
+                    }
+                }
+                map
+            };
+            let mut metadata = Map::new();
+            metadata.insert("name".into(), json!(name));
+            if let Some(namespace) = generator.get("namespace").and_then(Value::as_str) {
+                metadata.insert("namespace".into(), json!(namespace));
+            }
+            for key in ["labels", "annotations"] {
+                let map = merged(key);
+                if !map.is_empty() {
+                    metadata.insert(key.into(), Value::Object(map));
+                }
+            }
+            let mut object = json!({"apiVersion": "v1", "kind": kind, "metadata": metadata});
+            if kind == "Secret" {
+                let encoded: Map<String, Value> = data
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = base64::engine::general_purpose::STANDARD.encode(v);
+                        (k.clone(), Value::String(v))
+                    })
+                    .collect();
+                object["data"] = Value::Object(encoded);
+                let kind = generator
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .unwrap_or("Opaque");
+                object["type"] = json!(kind);
+            } else if !data.is_empty() {
+                object["data"] = json!(data);
+            }
+            if let Some(immutable) = options("immutable").and_then(Value::as_bool).filter(|i| *i) {
+                object["immutable"] = json!(immutable);
+            }
+            let hash = !options("disableNameSuffixHash")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            items.push(Item {
+                object: Object {
+                    object,
+                    file: kfile.map(str::to_owned),
+                },
+                original: name.to_owned(),
+                generated: true,
+                hash,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// kustomize strips one pair of matching quotes around a literal's value.
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|v| v.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
+}
+
+fn kind_of(object: &Value) -> &str {
+    object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// The workload kinds whose templates kustomize's label and annotation transformers reach, with
+/// the pointers to the templates' metadata and to the selector.
+type Templated = (&'static str, &'static [&'static str], Option<&'static str>);
+const TEMPLATED: &[Templated] = &[
+    (
+        "Deployment",
+        &["/spec/template/metadata"],
+        Some("/spec/selector"),
+    ),
+    (
+        "StatefulSet",
+        &["/spec/template/metadata"],
+        Some("/spec/selector"),
+    ),
+    (
+        "DaemonSet",
+        &["/spec/template/metadata"],
+        Some("/spec/selector"),
+    ),
+    (
+        "ReplicaSet",
+        &["/spec/template/metadata"],
+        Some("/spec/selector"),
+    ),
+    ("Job", &["/spec/template/metadata"], None),
+    (
+        "CronJob",
+        &[
+            "/spec/jobTemplate/metadata",
+            "/spec/jobTemplate/spec/template/metadata",
+        ],
+        None,
+    ),
+];
+
+/// Adds `pairs` to the map `field` of the object at `pointer_parent` (created when absent).
+pub(crate) fn insert_all(
+    target: &mut Value,
+    pointer_parent: &str,
+    field: &str,
+    pairs: &Map<String, Value>,
+) {
+    let Some(parent) = ensure(target, pointer_parent) else {
+        return;
+    };
+    let map = parent
+        .entry(field)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(map) = map.as_object_mut() {
+        map.extend(pairs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+}
+
+/// The object at `pointer`, created as empty maps along the way.
+fn ensure<'v>(value: &'v mut Value, pointer: &str) -> Option<&'v mut Map<String, Value>> {
+    let mut current = value;
+    for part in pointer.split('/').skip(1) {
+        let map = current.as_object_mut()?;
+        current = map.entry(part).or_insert_with(|| Value::Object(Map::new()));
+    }
+    current.as_object_mut()
+}
+
+fn as_strings(value: Option<&Value>) -> Map<String, Value> {
+    value
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), Value::String(v))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `patches` whose patch is a JSON 6902 operation list (`add`, `remove`, `replace`), applied to
+/// the objects their `target` selects; a strategic-merge patch, or another operation, is a
+/// `KustomizeUnsupported` problem and is skipped. They run before the other transformers.
+fn patches(
+    here: Here<'_>,
+    kustomization: &Value,
+    items: &mut [Item],
+    build: &mut Build,
+) -> Result<()> {
+    let Here { root, dir, .. } = here;
+    let entries = kustomization.get("patches").and_then(Value::as_array);
+    for entry in entries.into_iter().flatten() {
+        let text = match (
+            entry.get("patch").and_then(Value::as_str),
+            entry.get("path"),
+        ) {
+            (Some(text), _) => text.to_owned(),
+            (None, Some(Value::String(path))) => {
+                let path = join(dir, path);
+                std::fs::read_to_string(root.join(&path)).map_err(|e| Error::io(&path, e))?
+            }
+            _ => {
+                return Err(Error::Build(format!(
+                    "a patch in '{dir}' has neither patch nor path"
+                )));
+            }
+        };
+        let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+        let patch: Value = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
+            Error::Yaml(e.to_string().lines().next().unwrap_or_default().to_owned())
+        })?;
+        let Value::Array(operations) = patch else {
+            unsupported(
+                build,
+                here,
+                "a strategic-merge patch is not applied by the built-in kustomize".to_owned(),
+            );
+            continue;
+        };
+        let unknown = operations.iter().find_map(|o| {
+            let op = o.get("op").and_then(Value::as_str).unwrap_or_default();
+            (!matches!(op, "add" | "remove" | "replace")).then(|| op.to_owned())
+        });
+        if let Some(op) = unknown {
+            unsupported(
+                build,
+                here,
+                format!(
+                    "JSON 6902 operation '{op}' is not applied by the built-in kustomize; that patch is skipped"
+                ),
+            );
+            continue;
+        }
+        let target = entry.get("target").cloned().unwrap_or(Value::Null);
+        for item in items.iter_mut() {
+            if selects(&target, &item.object.object)? {
+                for operation in &operations {
+                    apply_operation(&mut item.object.object, operation).map_err(|e| {
+                        Error::Build(format!(
+                            "a patch in '{dir}' on {}: {e}",
+                            name_of(&item.object.object)
+                        ))
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a patch `target` selects `object`: each field a regular expression matching all of
+/// the value, label and annotation selectors as Kubernetes parses them.
+fn selects(target: &Value, object: &Value) -> Result<bool> {
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let api_version = text(object, "/apiVersion");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
+    let fields = [
+        ("group", group.to_owned()),
+        ("version", version.to_owned()),
+        ("kind", text(object, "/kind")),
+        ("name", text(object, "/metadata/name")),
+        ("namespace", text(object, "/metadata/namespace")),
+    ];
+    for (field, value) in fields {
+        let Some(pattern) = target
+            .get(field)
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let regex = regex::Regex::new(&format!("^(?:{pattern})$"))
+            .map_err(|e| Error::Build(format!("patch target {field} '{pattern}': {e}")))?;
+        if !regex.is_match(&value) {
+            return Ok(false);
+        }
+    }
+    for (field, metadata) in [
+        ("labelSelector", "labels"),
+        ("annotationSelector", "annotations"),
+    ] {
+        let Some(selector) = target.get(field).and_then(Value::as_str) else {
+            continue;
+        };
+        let selector = watch_index::selector::Selector::parse(selector)
+            .map_err(|e| Error::Build(format!("patch target {field} '{selector}': {e}")))?;
+        let map: BTreeMap<String, String> = object
+            .pointer(&format!("/metadata/{metadata}"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !selector.matches(&map) {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// One JSON 6902 `add`, `remove` or `replace` (RFC 6902, as evanphx/json-patch applies it).
+fn apply_operation(object: &mut Value, operation: &Value) -> std::result::Result<(), String> {
+    let op = operation
+        .get("op")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let path = operation
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or("an operation without path")?;
+    let (parent, last) = path
+        .rsplit_once('/')
+        .ok_or_else(|| format!("invalid path '{path}'"))?;
+    let last = last.replace("~1", "/").replace("~0", "~");
+    let container = object
+        .pointer_mut(parent)
+        .ok_or_else(|| format!("{op} operation does not apply: doc is missing path: {path}"))?;
+    let value = || operation.get("value").cloned().unwrap_or(Value::Null);
+    match (op, container) {
+        ("add", Value::Object(map)) => {
+            map.insert(last, value());
+        }
+        ("add", Value::Array(list)) => {
+            let index = if last == "-" {
+                list.len()
+            } else {
+                last.parse()
+                    .map_err(|_| format!("invalid index in '{path}'"))?
+            };
+            if index > list.len() {
+                return Err(format!(
+                    "add operation does not apply: index out of range in '{path}'"
+                ));
+            }
+            list.insert(index, value());
+        }
+        ("remove" | "replace", Value::Object(map)) => {
+            if !map.contains_key(&last) {
+                return Err(format!(
+                    "{op} operation does not apply: doc is missing key: {path}"
+                ));
+            }
+            if op == "remove" {
+                map.remove(&last);
+            } else {
+                map.insert(last, value());
+            }
+        }
+        ("remove" | "replace", Value::Array(list)) => {
+            let index: usize = last
+                .parse()
+                .map_err(|_| format!("invalid index in '{path}'"))?;
+            if index >= list.len() {
+                return Err(format!(
+                    "{op} operation does not apply: index out of range in '{path}'"
+                ));
+            }
+            if op == "remove" {
+                list.remove(index);
+            } else {
+                list[index] = value();
+            }
+        }
+        _ => return Err(format!("{op} operation does not apply at '{path}'")),
+    }
+    Ok(())
+}
+
+/// namespace, namePrefix/nameSuffix, labels and annotations, in kustomize's transformer order.
+fn transform(kustomization: &Value, items: &mut [Item]) {
+    if let Some(namespace) = kustomization.get("namespace").and_then(Value::as_str) {
+        for item in items.iter_mut() {
+            let kind = kind_of(&item.object.object);
+            if kind == "Namespace" {
+                // kustomize's namespace transformer renames Namespace objects too.
+                if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                    metadata.insert("name".into(), json!(namespace));
+                }
+                continue;
+            }
+            if CLUSTER_SCOPED_KINDS.contains(&kind) {
+                continue;
+            }
+            if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                metadata.insert("namespace".into(), json!(namespace));
+            }
+        }
+    }
+    let prefix = kustomization
+        .get("namePrefix")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let suffix = kustomization
+        .get("nameSuffix")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if !prefix.is_empty() || !suffix.is_empty() {
+        for item in items.iter_mut() {
+            let kind = kind_of(&item.object.object);
+            if matches!(kind, "Namespace" | "CustomResourceDefinition") {
+                continue;
+            }
+            let name = name_of(&item.object.object);
+            if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+                metadata.insert("name".into(), json!(format!("{prefix}{name}{suffix}")));
+            }
+        }
+    }
+    let common = as_strings(kustomization.get("commonLabels"));
+    if !common.is_empty() {
+        for item in items.iter_mut() {
+            labels(&mut item.object.object, &common, true, true);
+        }
+    }
+    if let Some(list) = kustomization.get("labels").and_then(Value::as_array) {
+        for entry in list {
+            let pairs = as_strings(entry.get("pairs"));
+            let selectors = entry.get("includeSelectors").and_then(Value::as_bool) == Some(true);
+            let templates = entry.get("includeTemplates").and_then(Value::as_bool) == Some(true);
+            for item in items.iter_mut() {
+                labels(
+                    &mut item.object.object,
+                    &pairs,
+                    selectors,
+                    selectors || templates,
+                );
+            }
+        }
+    }
+    let annotations = as_strings(kustomization.get("commonAnnotations"));
+    if !annotations.is_empty() {
+        for item in items.iter_mut() {
+            insert_all(
+                &mut item.object.object,
+                "/metadata",
+                "annotations",
+                &annotations,
+            );
+            let kind = kind_of(&item.object.object).to_owned();
+            if let Some((_, templates, _)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+                for template in *templates {
+                    insert_all(
+                        &mut item.object.object,
+                        template,
+                        "annotations",
+                        &annotations,
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn labels(object: &mut Value, pairs: &Map<String, Value>, selectors: bool, templates: bool) {
+    insert_all(object, "/metadata", "labels", pairs);
+    let kind = kind_of(object).to_owned();
+    if let Some((_, paths, selector)) = TEMPLATED.iter().find(|(k, _, _)| *k == kind) {
+        if templates {
+            for template in *paths {
+                insert_all(object, template, "labels", pairs);
+            }
+        }
+        if let (true, Some(selector)) = (selectors, selector) {
+            insert_all(object, selector, "matchLabels", pairs);
+        }
+    }
+    if selectors && kind == "Service" {
+        insert_all(object, "/spec", "selector", pairs);
+    }
+}
+
+/// The last steps of a build: hash suffixes on generated objects, then references to renamed
+/// ConfigMaps/Secrets in pod templates (kustomize's `addHashesToNames` and nameReference).
+fn finish(items: &mut [Item]) {
+    for item in items.iter_mut().filter(|i| i.generated && i.hash) {
+        let suffix = hash_suffix(&item.object.object);
+        let name = name_of(&item.object.object);
+        if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
+            metadata.insert("name".into(), json!(format!("{name}-{suffix}")));
+        }
+    }
+    // (kind, namespace, original name) → current name, for names that changed.
+    let mut renamed = BTreeMap::new();
+    for item in items.iter() {
+        let object = &item.object.object;
+        let kind = kind_of(object);
+        let current = name_of(object);
+        if matches!(kind, "ConfigMap" | "Secret") && current != item.original {
+            let namespace = object
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            renamed.insert((kind.to_owned(), namespace, item.original.clone()), current);
+        }
+    }
+    if renamed.is_empty() {
+        return;
+    }
+    for item in items.iter_mut() {
+        let object = &mut item.object.object;
+        let namespace = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let kind = kind_of(object).to_owned();
+        let spec = match kind.as_str() {
+            "Pod" => object.pointer_mut("/spec"),
+            "CronJob" => object.pointer_mut("/spec/jobTemplate/spec/template/spec"),
+            _ if TEMPLATED.iter().any(|(k, _, _)| *k == kind) => {
+                object.pointer_mut("/spec/template/spec")
+            }
+            _ => None,
+        };
+        if let Some(spec) = spec {
+            rename_in_pod(spec, &namespace, &renamed);
+        }
+    }
+}
+
+type Renamed = BTreeMap<(String, String, String), String>;
+
+fn rename(value: Option<&mut Value>, kind: &str, namespace: &str, renamed: &Renamed) {
+    if let Some(Value::String(name)) = value {
+        let key = (kind.to_owned(), namespace.to_owned(), name.clone());
+        if let Some(current) = renamed.get(&key) {
+            *name = current.clone();
+        }
+    }
+}
+
+/// Where a pod spec names ConfigMaps and Secrets: (list in a container, pointer in an item, kind).
+const CONTAINER_REFS: [(&str, &str, &str); 4] = [
+    ("env", "/valueFrom/configMapKeyRef/name", "ConfigMap"),
+    ("env", "/valueFrom/secretKeyRef/name", "Secret"),
+    ("envFrom", "/configMapRef/name", "ConfigMap"),
+    ("envFrom", "/secretRef/name", "Secret"),
+];
+/// The same in a volume and in a projected volume's source: (pointer, kind).
+const VOLUME_REFS: [(&str, &str); 2] = [
+    ("/configMap/name", "ConfigMap"),
+    ("/secret/secretName", "Secret"),
+];
+const PROJECTED_REFS: [(&str, &str); 2] =
+    [("/configMap/name", "ConfigMap"), ("/secret/name", "Secret")];
+
+fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
+    for containers in ["containers", "initContainers"] {
+        let Some(list) = spec.get_mut(containers).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for container in list {
+            for (field, pointer, kind) in CONTAINER_REFS {
+                let items = container.get_mut(field).and_then(Value::as_array_mut);
+                for item in items.into_iter().flatten() {
+                    rename(item.pointer_mut(pointer), kind, namespace, renamed);
+                }
+            }
+        }
+    }
+    let volumes = spec.get_mut("volumes").and_then(Value::as_array_mut);
+    for volume in volumes.into_iter().flatten() {
+        for (pointer, kind) in VOLUME_REFS {
+            rename(volume.pointer_mut(pointer), kind, namespace, renamed);
+        }
+        let sources = volume
+            .pointer_mut("/projected/sources")
+            .and_then(Value::as_array_mut);
+        for source in sources.into_iter().flatten() {
+            for (pointer, kind) in PROJECTED_REFS {
+                rename(source.pointer_mut(pointer), kind, namespace, renamed);
+            }
+        }
+    }
+}
+
+/// kustomize's name hash (api/hasher): SHA-256 of Go's `json.Marshal` of the kind, an empty
+/// name (kustomize looks the name up as a field literally called `metadata/name`, so it is always
+/// empty), `data` (the empty string when absent), `binaryData` when it is a map, and for Secrets
+/// `type` and `stringData`; then the first ten hex digits with `0 1 3 a e` replaced by `g h k m t`.
+pub fn hash_suffix(object: &Value) -> String {
+    let kind = kind_of(object);
+    let field = |key: &str| object.get(key).cloned().unwrap_or_else(|| json!(""));
+    let mut encoded = BTreeMap::new();
+    encoded.insert("kind", json!(kind));
+    encoded.insert("name", json!(""));
+    encoded.insert("data", field("data"));
+    let optional = if kind == "Secret" {
+        encoded.insert("type", field("type"));
+        "stringData"
+    } else {
+        "binaryData"
+    };
+    if let Some(map) = object.get(optional).filter(|m| m.is_object()) {
+        encoded.insert(optional, map.clone());
+    }
+    let json = serde_json::to_string(&encoded).unwrap_or_default();
+    // Go's encoder escapes these inside strings (they appear nowhere else in the text).
+    let json = json
+        .replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
+    let digest = Sha256::digest(json.as_bytes());
+    let hex: String = digest.iter().take(5).map(|b| format!("{b:02x}")).collect();
+    hex.chars()
+        .map(|c| match c {
+            '0' => 'g',
+            '1' => 'h',
+            '3' => 'k',
+            'a' => 'm',
+            'e' => 't',
+            c => c,
+        })
+        .collect()
+}

@@ -1,0 +1,269 @@
+//! The kustomize build of one Flux Kustomization path, as kustomize-controller runs it
+//! (fluxcd/pkg `kustomize`: `LoadRestrictionsNone`, built-in plugins only).
+//!
+//! Two engines:
+//! - [`Engine::Binary`]: the real `kustomize` (found on `PATH`, or `conflux plan --kustomize
+//!   PATH`), exact by construction. A temporary kustomization lists the path (or, for a path
+//!   without a kustomization file, the resources Flux's generator lists) and carries the Flux
+//!   Kustomization's own fields; `buildMetadata: [originAnnotations]` gives each object its file.
+//! - [`Engine::BuiltIn`]: the common subset, exact for what it does (proven against the binary by
+//!   `tests/kustomize.rs`): `resources` (files and directories), `components`,
+//!   `namespace`, `namePrefix`/`nameSuffix`, `commonLabels`, `labels`, `commonAnnotations`,
+//!   `configMapGenerator`/`secretGenerator` (`literals`, `files`, `envs`, options, hash suffixes)
+//!   with their name references in workloads, JSON 6902 `patches` (`add`, `remove`, `replace`). Every other field is a `KustomizeUnsupported`
+//!   warning naming it, and the objects are taken as they are without it.
+//!
+//! YAML is read as kustomize reads it (go-yaml v3): YAML 1.2 booleans, but `0644` is the octal
+//! 420.
+
+mod binary;
+mod builtin;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::fleet::{FluxOverlay, Problem, relative};
+use crate::{Error, Result};
+
+pub use builtin::hash_suffix;
+pub(crate) use builtin::insert_all;
+
+/// A built object and the file it came from, relative to the repository root.
+#[derive(Clone, PartialEq)]
+pub struct Object {
+    /// The object.
+    pub object: Value,
+    /// Its file (for generated objects: the kustomization file that generated it).
+    pub file: Option<String>,
+}
+
+/// By hand: the object may be a Secret.
+impl std::fmt::Debug for Object {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Object")
+            .field("object", &crate::fleet::object_name(&self.object))
+            .field("file", &self.file)
+            .finish()
+    }
+}
+
+/// What a build gives: the objects and the problems worth a finding.
+#[derive(Debug, Default)]
+pub struct Build {
+    /// The objects, in kustomize's output order.
+    pub objects: Vec<Object>,
+    /// What the build could not do exactly.
+    pub problems: Vec<Problem>,
+}
+
+/// How kustomize builds are run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Engine {
+    /// The real kustomize binary at this path.
+    Binary(PathBuf),
+    /// The built-in subset.
+    BuiltIn,
+}
+
+/// The names kustomize recognises as a kustomization file, in its order.
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+pub use postbuild_subst::audit::normalize;
+
+/// `dir` joined with a relative `entry`, normalised.
+pub fn join(dir: &str, entry: &str) -> String {
+    if dir.is_empty() {
+        normalize(entry)
+    } else {
+        normalize(&format!("{dir}/{entry}"))
+    }
+}
+
+/// Parses a multi-document YAML file as kustomize does; `List` kinds are expanded, non-objects
+/// dropped.
+pub fn read_documents(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display(), e))?;
+    parse_documents(&text)
+}
+
+/// [`read_documents`] on text.
+pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
+    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+    let documents: Vec<Value> =
+        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
+            let e = e.to_string();
+            Error::Yaml(e.lines().next().unwrap_or_default().to_owned())
+        })?;
+    let mut out = Vec::new();
+    for document in documents {
+        push(document, &mut out);
+    }
+    Ok(out)
+}
+
+fn push(document: Value, out: &mut Vec<Value>) {
+    let is_list = document
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| k.ends_with("List"));
+    match document {
+        Value::Object(mut map) if is_list && map.get("items").is_some_and(Value::is_array) => {
+            if let Some(Value::Array(items)) = map.remove("items") {
+                items.into_iter().for_each(|i| push(i, out));
+            }
+        }
+        Value::Object(_) => out.push(document),
+        _ => {}
+    }
+}
+
+/// The kustomization file of a directory, if it has one.
+pub fn kustomization_file(dir: &Path) -> Option<PathBuf> {
+    KUSTOMIZATION_FILES
+        .iter()
+        .map(|name| dir.join(name))
+        .find(|path| path.is_file())
+}
+
+/// What source-controller leaves out of every artifact (fluxcd/pkg `sourceignore`: `ExcludeVCS`,
+/// `ExcludeCI`, `ExcludeExtra`; the excluded extensions are never manifests): directories and
+/// file names, matched at any depth.
+const EXCLUDED_DIRS: [&str; 3] = [".git", ".github", ".circleci"];
+const EXCLUDED_FILES: [&str; 10] = [
+    ".travis.yml",
+    ".gitlab-ci.yml",
+    "appveyor.yml",
+    ".drone.yml",
+    "cloudbuild.yaml",
+    "codeship-services.yml",
+    "codeship-steps.yml",
+    ".goreleaser.yml",
+    ".sops.yaml",
+    ".flux.yaml",
+];
+
+/// Flux's generator (fluxcd/pkg `kustomize` `scanManifests`): the resources of a directory
+/// without a kustomization file, relative to the root. A sub-directory with a kustomization file
+/// is one resource and is not looked into; other files count only as `.yaml`/`.yml`; what
+/// source-controller excludes from artifacts (`.github/`, `.sops.yaml`…) is not there to scan.
+pub fn generated_resources(root: &Path, dir: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    scan(root, &root.join(dir), &mut found);
+    found.sort();
+    found
+}
+
+fn scan(root: &Path, dir: &Path, found: &mut Vec<String>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for path in entries {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let name = name.unwrap_or_default();
+        if path.is_dir() && EXCLUDED_DIRS.contains(&name.as_str()) {
+            continue;
+        }
+        if EXCLUDED_FILES.contains(&name.as_str()) {
+            continue;
+        }
+        if path.is_dir() {
+            if kustomization_file(&path).is_some() {
+                found.push(relative(root, &path));
+            } else {
+                scan(root, &path, found);
+            }
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            found.push(relative(root, &path));
+        }
+    }
+}
+
+impl Engine {
+    /// The engine to use: `flag` (`builtin` for the built-in one), else `kustomize` on `PATH`,
+    /// else the built-in one.
+    pub fn pick(flag: Option<&Path>) -> Engine {
+        match flag {
+            Some(path) if path == Path::new("builtin") => Engine::BuiltIn,
+            Some(path) => Engine::Binary(path.to_path_buf()),
+            None => std::env::var_os("PATH")
+                .and_then(|paths| {
+                    std::env::split_paths(&paths)
+                        .map(|dir| dir.join("kustomize"))
+                        .find(|candidate| candidate.is_file())
+                })
+                .map_or(Engine::BuiltIn, Engine::Binary),
+        }
+    }
+
+    /// What kustomize-controller applies for the path `dir` (relative to `root`) with the Flux
+    /// Kustomization's own fields `overlay`.
+    ///
+    /// When the binary fails to fetch a remote resource (`plan` runs offline), the built-in
+    /// subset builds the local part and says so (`RemoteResourceUnavailable`).
+    pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
+        match self {
+            Engine::Binary(binary) => match binary::build(binary, root, dir, overlay) {
+                Err(Error::Kustomize(err)) if binary::is_remote_failure(&err) => {
+                    let mut build = builtin::build(root, dir, overlay)?;
+                    build.problems.push(Problem {
+                        level: 1,
+                        code: "RemoteResourceUnavailable",
+                        object: dir.to_owned(),
+                        file: None,
+                        message: format!(
+                            "kustomize could not fetch a remote resource ({err}); the local resources are built with the built-in subset"
+                        ),
+                    });
+                    Ok(build)
+                }
+                other => other,
+            },
+            Engine::BuiltIn => builtin::build(root, dir, overlay),
+        }
+    }
+}
+
+/// Sets the Flux Kustomization's `targetNamespace`, `namePrefix`, `nameSuffix`, `patches` and
+/// `images` on a kustomization, as kustomize-controller does (components differ per engine).
+fn add_overlay(kustomization: &mut Map<String, Value>, overlay: &FluxOverlay) {
+    let strings = [
+        ("namespace", &overlay.namespace),
+        ("namePrefix", &overlay.name_prefix),
+        ("nameSuffix", &overlay.name_suffix),
+    ];
+    for (key, value) in strings {
+        if let Some(value) = value {
+            kustomization.insert(key.into(), json!(value));
+        }
+    }
+    for (key, list) in [("patches", &overlay.patches), ("images", &overlay.images)] {
+        if !list.is_empty() {
+            kustomization.insert(key.into(), Value::Array(list.clone()));
+        }
+    }
+}
+
+/// Cuts `text` to `max` characters, saying how much was cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().take(max).collect();
+    format!("{kept}… ({} more characters)", count - max)
+}
+
+/// The last `max` characters of `text`, saying how much was cut.
+fn tail(text: &str, max: usize) -> String {
+    let count = text.chars().count();
+    if count <= max {
+        return text.to_owned();
+    }
+    let kept: String = text.chars().skip(count - max).collect();
+    format!("…{kept}")
+}

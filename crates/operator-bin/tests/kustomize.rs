@@ -1,0 +1,178 @@
+//! The built-in kustomize subset of `conflux plan` against the real kustomize: every case of the
+//! corpus in `tests/kustomize/` (see its README) builds to the same objects, from the same files.
+//!
+//! The oracle is the kustomize of the test ground: `$CONFLUX_KUSTOMIZE` (hack/test.sh sets it),
+//! else the binary `hack/cluster.sh build --kustomize` caches.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+use operator_bin::fleet::FluxOverlay;
+use operator_bin::kustomize::{Engine, Object, generated_resources};
+use serde_json::{Value, json};
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/kustomize")
+}
+
+fn kustomize() -> PathBuf {
+    if let Some(path) = std::env::var_os("CONFLUX_KUSTOMIZE") {
+        return PathBuf::from(path);
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../hack/cluster.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("kustomize-bin")
+        .output()
+        .expect("hack/cluster.sh runs");
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(
+        path.is_file(),
+        "no kustomize at {}: run `hack/cluster.sh build --kustomize` (hack/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// `Kind/namespace/name` → (object, file).
+fn by_name(objects: Vec<Object>) -> BTreeMap<String, (Value, Option<String>)> {
+    let mut out = BTreeMap::new();
+    for o in objects {
+        let text = |p: &str| o.object.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let key = format!(
+            "{}/{}/{}",
+            text("/kind"),
+            text("/metadata/namespace"),
+            text("/metadata/name")
+        );
+        let previous = out.insert(key.clone(), (o.object, o.file));
+        assert!(previous.is_none(), "{key} built twice");
+    }
+    out
+}
+
+fn same(dir: &str, overlay: &FluxOverlay) -> usize {
+    let root = corpus();
+    let built_in = Engine::BuiltIn
+        .build(&root, dir, overlay)
+        .unwrap_or_else(|e| panic!("{dir}: built-in: {e}"));
+    let real = Engine::Binary(kustomize())
+        .build(&root, dir, overlay)
+        .unwrap_or_else(|e| panic!("{dir}: kustomize: {e}"));
+    assert!(
+        built_in.problems.is_empty(),
+        "{dir}: the built-in build reports {:?}",
+        built_in.problems
+    );
+    let (ours, theirs) = (by_name(built_in.objects), by_name(real.objects));
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "{dir}: object names"
+    );
+    for (name, (object, file)) in &theirs {
+        let (mine, my_file) = &ours[name];
+        assert_eq!(mine, object, "{dir}: {name}");
+        assert_eq!(my_file, file, "{dir}: the file of {name}");
+    }
+    theirs.len()
+}
+
+#[test]
+fn flux_generator_takes_sub_kustomizations_whole_and_only_manifests() {
+    let root = corpus();
+    assert_eq!(
+        generated_resources(&root, "generated"),
+        [
+            "generated/app.yml",
+            "generated/namespace.yaml",
+            "generated/nested/deeper/secret.yaml",
+            "generated/sub",
+        ]
+    );
+    assert_eq!(same("generated", &FluxOverlay::default()), 6);
+}
+
+#[test]
+fn the_built_in_subset_equals_kustomize() {
+    for dir in ["overlay", "labels", "hashing", "base", "patched"] {
+        assert!(
+            same(dir, &FluxOverlay::default()) > 0,
+            "{dir} builds nothing"
+        );
+    }
+}
+
+#[test]
+fn the_flux_kustomization_fields_equal_kustomize() {
+    let overlay = FluxOverlay {
+        namespace: Some("flux-target".to_owned()),
+        name_prefix: Some("f-".to_owned()),
+        ..FluxOverlay::default()
+    };
+    assert_eq!(same("generated", &overlay), 6);
+    let overlay = FluxOverlay {
+        namespace: Some("flux-target".to_owned()),
+        ..FluxOverlay::default()
+    };
+    assert!(same("overlay", &overlay) > 5);
+    // The Flux Kustomization's own JSON 6902 patches.
+    let patch = "- op: add\n  path: /data/flux\n  value: patched\n";
+    let overlay = FluxOverlay {
+        patches: vec![json!({"patch": patch, "target": {"kind": "ConfigMap"}})],
+        ..FluxOverlay::default()
+    };
+    assert_eq!(same("generated", &overlay), 6);
+}
+
+#[test]
+fn a_strategic_merge_patch_is_named_not_guessed() {
+    let overlay = FluxOverlay {
+        patches: vec![
+            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-settings}\ndata: {x: y}\n"}),
+        ],
+        ..FluxOverlay::default()
+    };
+    let built = Engine::BuiltIn
+        .build(&corpus(), "generated", &overlay)
+        .expect("builds");
+    let codes: Vec<&str> = built.problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["KustomizeUnsupported"]);
+    assert!(built.problems[0].message.contains("strategic-merge"));
+}
+
+#[test]
+fn legacy_octal_reads_as_kustomize_reads_it() {
+    let root = corpus();
+    let built = Engine::BuiltIn
+        .build(&root, "labels", &FluxOverlay::default())
+        .expect("builds");
+    let db = built
+        .objects
+        .iter()
+        .find(|o| o.object["kind"] == "StatefulSet")
+        .expect("the StatefulSet");
+    assert_eq!(
+        db.object
+            .pointer("/spec/template/spec/volumes/0/configMap/defaultMode"),
+        Some(&json!(420))
+    );
+}
+
+#[test]
+fn a_whole_fleet_plans_the_same_with_either_engine() {
+    let fleet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fleets/d2");
+    let plan = |engine: &std::ffi::OsStr| {
+        let out = Command::new(env!("CARGO_BIN_EXE_conflux"))
+            .arg("plan")
+            .arg(&fleet)
+            .args(["-o", "json", "--kustomize"])
+            .arg(engine)
+            .output()
+            .expect("conflux runs");
+        serde_json::from_slice::<Value>(&out.stdout).expect("JSON")
+    };
+    let real = kustomize();
+    assert_eq!(plan("builtin".as_ref()), plan(real.as_os_str()));
+}
