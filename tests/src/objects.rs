@@ -12,28 +12,36 @@ use serde_json::{Value, json};
 
 use crate::{eventually, repo_root};
 
-/// Server-side applies (forced) `object` as `manager`, retrying for up to 10 s: right after an
-/// API server (re)start, writes can fail for a moment. Panics on a kind it has no plural for.
-pub async fn apply(client: &Client, manager: &str, object: &Value) {
-    let api_version = object["apiVersion"].as_str().expect("apiVersion");
-    let kind = object["kind"].as_str().expect("kind");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let plural = match kind {
+/// The resource (plural) of the kinds the tests and benchmarks write. Panics on another kind.
+pub fn plural(kind: &str) -> &'static str {
+    match kind {
         "Namespace" => "namespaces",
         "ConfigMap" => "configmaps",
         "Secret" => "secrets",
         "Deployment" => "deployments",
+        "ReplicaSet" => "replicasets",
         "ServiceAccount" => "serviceaccounts",
         "CronJob" => "cronjobs",
         "RoleBinding" => "rolebindings",
+        "CustomResourceDefinition" => "customresourcedefinitions",
         "Kustomization" => "kustomizations",
         "GitRepository" => "gitrepositories",
         "HelmRelease" => "helmreleases",
         "Receiver" => "receivers",
         "ResourceSet" => "resourcesets",
         "ConfigSync" => "configsyncs",
+        "Sample" => "samples",
         other => panic!("no plural for {other}"),
-    };
+    }
+}
+
+/// Server-side applies (forced) `object` as `manager`, retrying for up to 10 s: right after an
+/// API server (re)start, writes can fail for a moment. Panics on a kind it has no plural for.
+pub async fn apply(client: &Client, manager: &str, object: &Value) {
+    let api_version = object["apiVersion"].as_str().expect("apiVersion");
+    let kind = object["kind"].as_str().expect("kind");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let plural = plural(kind);
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     let name = object["metadata"]["name"].as_str().expect("name");

@@ -424,8 +424,11 @@ async fn config_sync_source_that_does_not_exist() {
             &[name.clone(), at(&case.ns, "secrets", "nowhere")],
         )
         .await;
-    // Waits for the source to appear (the watch sees it) instead of polling for it.
-    assert!(requests <= 1, "{requests} requests in {SETTLE:?}");
+    // Waits for the source to appear (the watch sees it) instead of polling for it. The one
+    // reconcile that its own status write (Ready=False) sets off reads the source once more and
+    // lists its copies: on a loaded machine it can land after the first report (seen in a cold CI
+    // run), so the bound is that one reconcile's two requests, never a retry loop.
+    assert!(requests <= 2, "{requests} requests in {SETTLE:?}");
     assert_fanned_out(&case, &tenants, "shared").await;
     assert_sync_ready(&case, &good).await;
     // The source appears: served without any other change.

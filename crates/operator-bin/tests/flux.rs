@@ -405,36 +405,22 @@ async fn flux_operator_resource_set_copies_beside_conflux_copies() {
     for name in names {
         wait_data(&client, &tenant, name, "CLUSTER_NAME", "prod-1").await;
     }
-    let operator_copy = get(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(&tenant),
-        "info-by-operator",
-    )
-    .await
-    .expect("the operator's copy");
-    let managers = field_managers(&operator_copy);
-    assert!(
-        managers.iter().all(|m| !m.starts_with("conflux")),
-        "conflux never writes a ResourceSet-managed target: {managers:?}"
-    );
+    assert_conflux_never_wrote(&client, &tenant, "info-by-operator").await;
 
     // A quiet minute: nobody rewrites anybody's copy.
     let before = resource_versions(&client, &tenant, &names).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
     let after = resource_versions(&client, &tenant, &names).await;
     assert_eq!(before, after, "no copy was rewritten over a quiet minute");
-    let operator_copy = get(
-        &client,
-        "v1",
-        "ConfigMap",
-        Some(&tenant),
-        "info-by-operator",
-    )
-    .await
-    .expect("the operator's copy");
-    let managers = field_managers(&operator_copy);
+    assert_conflux_never_wrote(&client, &tenant, "info-by-operator").await;
+}
+
+/// conflux never wrote the ResourceSet-managed ConfigMap `ns/name`: none of its field managers.
+async fn assert_conflux_never_wrote(client: &kube::Client, ns: &str, name: &str) {
+    let copy = get(client, "v1", "ConfigMap", Some(ns), name)
+        .await
+        .expect("the operator's copy");
+    let managers = field_managers(&copy);
     assert!(
         managers.iter().all(|m| !m.starts_with("conflux")),
         "conflux never writes a ResourceSet-managed target: {managers:?}"

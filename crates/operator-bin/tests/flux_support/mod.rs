@@ -85,22 +85,7 @@ pub fn conflux() -> &'static Conflux {
 /// The API of `(apiVersion, kind)` in `ns` (cluster-wide when `None`).
 pub fn api(client: &Client, api_version: &str, kind: &str, ns: Option<&str>) -> Api<DynamicObject> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let plural = match kind {
-        "ConfigMap" => "configmaps",
-        "Secret" => "secrets",
-        "Deployment" => "deployments",
-        "ReplicaSet" => "replicasets",
-        "Namespace" => "namespaces",
-        "Kustomization" => "kustomizations",
-        "GitRepository" => "gitrepositories",
-        "HelmRelease" => "helmreleases",
-        "Receiver" => "receivers",
-        "ResourceSet" => "resourcesets",
-        "ConfigSync" => "configsyncs",
-        "Sample" => "samples",
-        "CustomResourceDefinition" => "customresourcedefinitions",
-        other => panic!("no plural for {other}"),
-    };
+    let plural = objects::plural(kind);
     let ar =
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
     match ns {
