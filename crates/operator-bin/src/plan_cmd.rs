@@ -3,7 +3,7 @@
 //! when a ConfigMap/Secret changes, which workloads roll, and what Flux's substitution breaks.
 //!
 //! A fleet repository (one directory with cluster entry points: a `flux-system` sync or a
-//! FluxInstance) is read as Flux builds it, one cluster at a time (`operator_bin::fleet`); anything
+//! FluxInstance) is read as Flux builds it, one cluster at a time (`conflux_fleet::fleet`); anything
 //! else is read as a flat set of manifests.
 //!
 //! This file only reads the input and renders; the answers come from the audits of the library
@@ -25,8 +25,8 @@ use watch_index::audit::{config_name, referrer_name};
 use watch_index::refs::ReferenceSet;
 use watch_index::selector::Selector;
 
-use operator_bin::fleet;
-use operator_bin::kustomize::{Engine, normalize};
+use conflux_fleet::fleet;
+use conflux_fleet::kustomize::{Engine, normalize};
 
 /// Output formats of `conflux plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -179,7 +179,7 @@ impl Input {
 
     fn parse(&mut self, text: &str, origin: &str, file: Option<String>) {
         // As kustomize reads manifests: YAML 1.2 booleans, legacy octal (see kustomize.rs).
-        match operator_bin::kustomize::parse_documents(text) {
+        match conflux_fleet::kustomize::parse_documents(text) {
             Ok(documents) => documents.into_iter().for_each(|d| self.push(d, &file)),
             Err(err) => self.problem(origin.to_owned(), err.to_string()),
         }
@@ -427,7 +427,7 @@ fn line_of(text: &str, object: &str) -> Option<usize> {
 fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
     let mut external = Vec::new();
     for file in &args.external {
-        let objects = operator_bin::kustomize::read_documents(file)
+        let objects = conflux_fleet::kustomize::read_documents(file)
             .map_err(|e| format!("--external {}: {e}", file.display()))?;
         let name = format!("--external {}", file.display());
         external.extend(
@@ -511,13 +511,13 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
     Ok(vec![audit(input, None, rows, &[], args, selector)])
 }
 
-fn fleet_object(object: Value, file: &str) -> operator_bin::kustomize::Object {
+fn fleet_object(object: Value, file: &str) -> conflux_fleet::kustomize::Object {
     let object = if fleet::is_sops(&object) {
         fleet::sops_placeholder(&object)
     } else {
         object
     };
-    operator_bin::kustomize::Object {
+    conflux_fleet::kustomize::Object {
         object,
         file: Some(file.to_owned()),
     }
@@ -559,8 +559,8 @@ fn clusters(
                 .kustomization
                 .pointer("/spec/path")
                 .and_then(Value::as_str);
-            let path = operator_bin::kustomize::normalize(path.unwrap_or_default());
-            operator_bin::kustomize::join(&e.root, &path) == relative
+            let path = conflux_fleet::kustomize::normalize(path.unwrap_or_default());
+            conflux_fleet::kustomize::join(&e.root, &path) == relative
         });
         entries.push(match entry {
             Some(entry) => entry.clone(),
@@ -653,7 +653,7 @@ fn audit(
         })
         .filter(|o| {
             let name = o.object.pointer("/metadata/name").and_then(Value::as_str);
-            let suffix = format!("-{}", operator_bin::kustomize::hash_suffix(&o.object));
+            let suffix = format!("-{}", conflux_fleet::kustomize::hash_suffix(&o.object));
             name.is_some_and(|n| n.ends_with(&suffix))
         })
         .map(|o| fleet::object_name(&o.object))
@@ -719,8 +719,8 @@ fn audit(
         if r.file.is_none() {
             r.file = files.get(&r.object).cloned();
         }
-        r.message = operator_bin::kustomize::shorten(&r.message, MAX_MESSAGE);
-        r.object = operator_bin::kustomize::shorten(&r.object, MAX_MESSAGE);
+        r.message = conflux_fleet::kustomize::shorten(&r.message, MAX_MESSAGE);
+        r.object = conflux_fleet::kustomize::shorten(&r.object, MAX_MESSAGE);
     }
     rows.sort_by(|a, b| (b.level, &a.object, a.code).cmp(&(a.level, &b.object, b.code)));
 

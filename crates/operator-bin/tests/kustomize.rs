@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use operator_bin::fleet::FluxOverlay;
-use operator_bin::kustomize::{Engine, Object, generated_resources};
+use conflux_fleet::fleet::FluxOverlay;
+use conflux_fleet::kustomize::{Engine, Object, generated_resources};
 use serde_json::{Value, json};
 
 fn corpus() -> PathBuf {

@@ -1,4 +1,4 @@
-//! The errors of the library half of `operator-bin` (the fleet reading of `conflux plan`).
+//! The errors of reading a fleet (the fleet reading of `conflux plan`).
 
 /// What can go wrong reading a fleet or building one of its paths. Each becomes a finding of
 /// `conflux plan`, so the messages say what failed in the user's terms.

@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+//!
+//! A Flux fleet repository read as Flux builds it, for `conflux plan`: the clusters and their
+//! Kustomization graphs ([`fleet`]), and each Kustomization's objects as kustomize-controller
+//! builds them ([`kustomize`]: Flux's generator, the real kustomize or an exact built-in subset,
+//! the Kustomization's own overlay, then postBuild). It reads files and may run the `kustomize`
+//! binary; the analyses of what it finds live in the library crates' `audit` modules.
+
+mod error;
+pub mod fleet;
+pub mod kustomize;
+
+pub use error::{Error, Result};
