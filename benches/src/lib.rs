@@ -6,6 +6,8 @@
 //! `cargo bench -p conflux-benches`; none runs under `cargo test`.
 
 pub mod apiserver;
+pub mod audit;
+pub mod contender;
 pub mod fanout;
 pub mod reload;
 
