@@ -45,7 +45,7 @@ use kube::{Client, Resource};
 
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
-pub use informer::{Change, Informer, Subscription, Watched};
+pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use metrics::WatchMetrics;
 pub use tasks::Tasks;
 
