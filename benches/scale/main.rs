@@ -1,8 +1,13 @@
 //! The scale run: `conflux run` with all four controllers against a local control plane holding
-//! 10,000 ConfigMaps and 10,000 Secrets of 1 KiB and 200 opted-in Deployments (plus a ConfigSync,
-//! pull copies and Kustomizations, so every controller has work). It reports peak RSS, time to
-//! ready, the watches conflux adds on the API server, and change → copy and change → rollout
-//! latency (p50, p99).
+//! ConfigMaps and Secrets of 1 KiB (every tenth ConfigMap labelled for Flux) and 200 opted-in
+//! Deployments (plus a ConfigSync, pull copies and Kustomizations, so every controller has work).
+//!
+//! It grows the cluster in steps (by default 10,000 → 40,000 → 100,000 ConfigMaps + Secrets in
+//! total, half of each, objects added between steps) and at each step starts conflux on the
+//! populated cluster: time to ready and peak RSS (`VmHWM` until 3 s after ready), for each initial
+//! list strategy. Then it prints the memory per config (the slope of peak RSS between steps) and
+//! the goals. At the last size it measures the watches conflux adds on the API server and change →
+//! copy and change → rollout latency (p50, p99).
 //!
 //! ```text
 //! cargo build --release -p operator-bin
@@ -10,11 +15,18 @@
 //! ```
 //!
 //! `CONFLUX_BIN` names another binary (default `target/release/conflux`). Sizes:
-//! `SCALE_CONFIGS` (per kind, default 10000), `SCALE_NAMESPACES` (100), `SCALE_DEPLOYMENTS` (200),
-//! `SCALE_FANOUT` (ConfigSync target namespaces, 50), `SCALE_CHANGES` (measured changes, 20).
-//! Targets printed next to the numbers: peak RSS < 80 MB, one watch per kind, ready < 15 s.
+//! `SCALE_TOTALS` (ConfigMaps + Secrets at each step, comma-separated, default
+//! `10000,40000,100000`; the older `SCALE_CONFIGS=n` means one step of n of each kind),
+//! `SCALE_NAMESPACES` (100), `SCALE_DEPLOYMENTS` (200), `SCALE_FANOUT` (ConfigSync target
+//! namespaces, 50), `SCALE_CHANGES` (measured changes, 20), `SCALE_ROUNDS` (start-ups per strategy
+//! and step, 2), `SCALE_STRATEGIES` (`list-watch,streaming-list`; the first is conflux's default
+//! and the one the goals judge). `SCALE_KUBECONFIG` runs against a cluster already up (objects of
+//! a step that exist already are not written again) instead of starting one.
+//! Goals printed next to the numbers: at 100,000 configs peak RSS < 64 MB and ready < 3 s; one
+//! watch per kind.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,9 +43,14 @@ use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-scale";
 
+/// The goals of issue 19 at 100,000 configs.
+const GOAL_PEAK_MB: f64 = 64.0;
+const GOAL_READY_S: f64 = 3.0;
+const GOAL_AT: usize = 100_000;
+
 /// Starts conflux with `--initial-list-strategy=strategy`, waits until it is ready and 3 s more,
 /// stops it; returns the time to ready and the peak RSS (KiB).
-fn start_up(binary: &str, cluster: &conflux_tests::Cluster, strategy: &str) -> (Duration, u64) {
+fn start_up(binary: &str, kubeconfig: &Path, strategy: &str) -> (Duration, u64) {
     let health_port = conflux_tests::free_port();
     let log = conflux_tests::repo_root().join(format!("target/scale-conflux-{strategy}.log"));
     let spawned = Instant::now();
@@ -46,7 +63,7 @@ fn start_up(binary: &str, cluster: &conflux_tests::Cluster, strategy: &str) -> (
             &format!("--health-addr=127.0.0.1:{health_port}"),
             &format!("--initial-list-strategy={strategy}"),
         ])
-        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECONFIG", kubeconfig)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
@@ -74,16 +91,50 @@ fn start_up(binary: &str, cluster: &conflux_tests::Cluster, strategy: &str) -> (
     (ready, peak)
 }
 
+/// One step's start-ups with the default strategy: the worst time to ready and peak RSS (KiB).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    total: usize,
+    ready: Duration,
+    peak_kib: u64,
+}
+
+/// The totals of the steps (ConfigMaps + Secrets), ascending.
+fn totals() -> Vec<usize> {
+    if let Ok(per_kind) = std::env::var("SCALE_CONFIGS")
+        && let Ok(n) = per_kind.trim().parse::<usize>()
+    {
+        return vec![2 * n];
+    }
+    let spec = std::env::var("SCALE_TOTALS").unwrap_or_else(|_| "10000,40000,100000".to_owned());
+    let mut totals: Vec<usize> = spec
+        .split(',')
+        .filter_map(|t| t.trim().replace('_', "").parse().ok())
+        .filter(|&t: &usize| t >= 2)
+        .collect();
+    totals.sort_unstable();
+    totals.dedup();
+    assert!(!totals.is_empty(), "SCALE_TOTALS has no size: {spec:?}");
+    totals
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     if !run_by_cargo_bench("scale") {
         return;
     }
-    let configs = env_usize("SCALE_CONFIGS", 10_000);
+    let totals = totals();
     let namespaces = env_usize("SCALE_NAMESPACES", 100).max(1);
     let deployments = env_usize("SCALE_DEPLOYMENTS", 200);
     let fanout = env_usize("SCALE_FANOUT", 50).max(1);
     let changes = env_usize("SCALE_CHANGES", 20).max(1);
+    let rounds = env_usize("SCALE_ROUNDS", 2).max(1);
+    let strategies: Vec<String> = std::env::var("SCALE_STRATEGIES")
+        .unwrap_or_else(|_| "list-watch,streaming-list".to_owned())
+        .split(',')
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect();
     let binary = std::env::var("CONFLUX_BIN").unwrap_or_else(|_| {
         conflux_tests::repo_root()
             .join("target/release/conflux")
@@ -95,29 +146,56 @@ async fn main() {
         "{binary} missing: run `cargo build --release -p operator-bin` first"
     );
 
-    let cluster = conflux_tests::cluster();
-    let client = cluster.client().await;
+    let kubeconfig: PathBuf = match std::env::var("SCALE_KUBECONFIG") {
+        Ok(path) => PathBuf::from(path),
+        Err(_) => conflux_tests::cluster().kubeconfig().to_path_buf(),
+    };
+    let client = client_for(&kubeconfig).await;
     let started = Instant::now();
-    populate(&client, configs, namespaces, deployments, fanout).await;
+    populate_base(&client, namespaces, deployments, fanout).await;
     println!(
-        "scale: created {configs} ConfigMaps + {configs} Secrets (1 KiB) in {namespaces} namespaces, {deployments} Deployments, a ConfigSync into {fanout} namespaces, {} pull copies, {} Kustomizations in {:.1} s",
+        "scale: created {namespaces} namespaces, {deployments} Deployments, a ConfigSync into {fanout} namespaces, {} pull copies, {} Kustomizations in {:.1} s",
         namespaces.min(20),
         namespaces.min(20),
         started.elapsed().as_secs_f64()
     );
 
-    // Start-up with each initial-list strategy, alternating, two rounds each: time to ready and
-    // peak RSS until 3 s after ready (the default is the better one).
-    for round in 1..=2 {
-        for strategy in ["list-watch", "streaming-list"] {
-            let (ready, peak) = start_up(&binary, cluster, strategy);
-            println!(
-                "scale: --initial-list-strategy={strategy} (round {round}): ready after {:.2} s, peak RSS {:.1} MiB",
-                ready.as_secs_f64(),
-                peak as f64 / 1024.0
-            );
+    let mut steps: Vec<Step> = Vec::new();
+    let mut per_kind_done = 0;
+    for &total in &totals {
+        let per_kind = total / 2;
+        let started = Instant::now();
+        populate_configs(&client, per_kind_done, per_kind, namespaces).await;
+        per_kind_done = per_kind_done.max(per_kind);
+        println!(
+            "scale: {total} configs: {per_kind} ConfigMaps + {per_kind} Secrets (1 KiB) in {namespaces} namespaces ({:.1} s to add)",
+            started.elapsed().as_secs_f64()
+        );
+        // Start-up with each initial-list strategy, alternating: time to ready and peak RSS
+        // until 3 s after ready.
+        let mut worst: Option<Step> = None;
+        for round in 1..=rounds {
+            for (i, strategy) in strategies.iter().enumerate() {
+                let (ready, peak) = start_up(&binary, &kubeconfig, strategy);
+                println!(
+                    "scale: {total} configs, --initial-list-strategy={strategy} (round {round}): ready after {:.2} s, peak RSS {:.1} MiB",
+                    ready.as_secs_f64(),
+                    peak as f64 / 1024.0
+                );
+                if i == 0 {
+                    let w = worst.get_or_insert(Step {
+                        total,
+                        ready,
+                        peak_kib: peak,
+                    });
+                    w.ready = w.ready.max(ready);
+                    w.peak_kib = w.peak_kib.max(peak);
+                }
+            }
         }
+        steps.extend(worst);
     }
+    report_steps(&steps, strategies.first().map_or("", String::as_str));
 
     let watches_before = registered_watchers(&client).await;
     let (metrics_port, health_port) = (conflux_tests::free_port(), conflux_tests::free_port());
@@ -131,7 +209,7 @@ async fn main() {
             &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
             &format!("--health-addr=127.0.0.1:{health_port}"),
         ])
-        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("KUBECONFIG", &kubeconfig)
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).expect("log file"))
         .spawn()
@@ -175,12 +253,13 @@ async fn main() {
     let _ = child.wait();
 
     let mb = |kib: u64| kib as f64 / 1024.0;
+    let total = totals.last().copied().unwrap_or_default();
     println!(
-        "scale: ready after {:.2} s (target < 15 s)",
+        "scale: {total} configs, with changes: ready after {:.2} s",
         ready_after.as_secs_f64()
     );
     println!(
-        "scale: RSS at ready {:.1} MiB (peak so far {:.1} MiB); at the end {:.1} MiB; peak {:.1} MiB (target < 80 MB = 76.3 MiB)",
+        "scale: {total} configs, with changes: RSS at ready {:.1} MiB (peak so far {:.1} MiB); at the end {:.1} MiB; peak {:.1} MiB",
         mb(rss_ready),
         mb(hwm_ready),
         mb(rss_end),
@@ -201,6 +280,70 @@ async fn main() {
     );
 }
 
+/// A client of the cluster behind `kubeconfig`.
+async fn client_for(kubeconfig: &Path) -> Client {
+    let config = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kubeconfig");
+    Client::try_from(config).expect("client")
+}
+
+/// The per-step table, the memory per config (slope of peak RSS between steps) and the goals.
+fn report_steps(steps: &[Step], strategy: &str) {
+    let mb = |kib: u64| kib as f64 / 1024.0;
+    println!("scale: start-up with --initial-list-strategy={strategy} (worst of the rounds):");
+    println!("scale: | configs | ready | peak RSS | bytes per config since the step before |");
+    for (i, step) in steps.iter().enumerate() {
+        let slope = i.checked_sub(1).and_then(|j| steps.get(j)).map_or_else(
+            || "—".to_owned(),
+            |prev| format!("{:.0}", slope(prev, step)),
+        );
+        println!(
+            "scale: | {} | {:.2} s | {:.1} MiB ({:.1} MB) | {slope} |",
+            step.total,
+            step.ready.as_secs_f64(),
+            mb(step.peak_kib),
+            step.peak_kib as f64 * 1024.0 / 1e6
+        );
+    }
+    if let (Some(first), Some(last)) = (steps.first(), steps.last())
+        && last.total > first.total
+    {
+        println!(
+            "scale: memory per config (peak RSS slope {} → {} configs): {:.0} bytes",
+            first.total,
+            last.total,
+            slope(first, last)
+        );
+    }
+    match steps.iter().find(|s| s.total == GOAL_AT) {
+        Some(step) => {
+            let peak_mb = step.peak_kib as f64 * 1024.0 / 1e6;
+            let ready = step.ready.as_secs_f64();
+            let verdict = |met: bool| if met { "met" } else { "MISSED" };
+            println!(
+                "scale: goal at {GOAL_AT} configs: peak RSS {peak_mb:.1} MB < {GOAL_PEAK_MB} MB: {}",
+                verdict(peak_mb < GOAL_PEAK_MB)
+            );
+            println!(
+                "scale: goal at {GOAL_AT} configs: ready {ready:.2} s < {GOAL_READY_S} s: {}",
+                verdict(ready < GOAL_READY_S)
+            );
+        }
+        None => println!(
+            "scale: goals (at {GOAL_AT} configs: peak RSS < {GOAL_PEAK_MB} MB, ready < {GOAL_READY_S} s) not judged: no step of {GOAL_AT}"
+        ),
+    }
+}
+
+/// Peak RSS growth per added config between two steps, in bytes.
+fn slope(from: &Step, to: &Step) -> f64 {
+    let configs = to.total.saturating_sub(from.total).max(1) as f64;
+    (to.peak_kib as f64 - from.peak_kib as f64) * 1024.0 / configs
+}
+
 fn report(what: &str, samples: &[Duration]) {
     let ms = |d: Option<Duration>| d.map_or(f64::NAN, |d| d.as_secs_f64() * 1000.0);
     println!(
@@ -211,14 +354,8 @@ fn report(what: &str, samples: &[Duration]) {
     );
 }
 
-/// Creates everything, 32 writes in flight.
-async fn populate(
-    client: &Client,
-    configs: usize,
-    namespaces: usize,
-    deployments: usize,
-    fanout: usize,
-) {
+/// Creates everything but the ConfigMaps and Secrets of the steps, 32 writes in flight.
+async fn populate_base(client: &Client, namespaces: usize, deployments: usize, fanout: usize) {
     install_crds(client).await;
     let mut objects: Vec<Value> = Vec::new();
     for n in 0..namespaces.max(fanout) {
@@ -230,22 +367,6 @@ async fn populate(
                             "metadata": {"name": format!("scale-{n}"), "labels": labels}}));
     }
     apply_all(client, std::mem::take(&mut objects)).await;
-    let payload = "x".repeat(1024);
-    for i in 0..configs {
-        let ns = format!("scale-{}", i % namespaces);
-        // Every tenth ConfigMap carries Flux's watch label (as a real fleet's would).
-        let labels = if i % 10 == 0 {
-            json!({"reconcile.fluxcd.io/watch": "Enabled"})
-        } else {
-            json!({})
-        };
-        objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i}"), "namespace": ns, "labels": labels},
-            "data": {"payload": payload, "v": "0"}}));
-        objects.push(json!({"apiVersion": "v1", "kind": "Secret",
-            "metadata": {"name": format!("secret-{i}"), "namespace": ns},
-            "stringData": {"payload": payload}}));
-    }
     for d in 0..deployments {
         let ns = format!("scale-{}", d % namespaces);
         objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment",
@@ -275,6 +396,48 @@ async fn populate(
                      "postBuild": {"substituteFrom": [{"kind": "ConfigMap", "name": format!("cm-{n}")}]}}}));
     }
     apply_all(client, objects).await;
+}
+
+/// Creates ConfigMaps and Secrets `from..to` of each kind, 32 writes in flight; skipped when
+/// the last of them exist already (a cluster from an earlier run).
+async fn populate_configs(client: &Client, from: usize, to: usize, namespaces: usize) {
+    if to <= from {
+        return;
+    }
+    let last = to - 1;
+    let last_ns = format!("scale-{}", last % namespaces);
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &last_ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &last_ns);
+    if matches!(
+        cms.get_metadata_opt(&format!("cm-{last}")).await,
+        Ok(Some(_))
+    ) && matches!(
+        secrets.get_metadata_opt(&format!("secret-{last}")).await,
+        Ok(Some(_))
+    ) {
+        return;
+    }
+    let payload = "x".repeat(1024);
+    let objects = (from..to).flat_map(|i| {
+        let ns = format!("scale-{}", i % namespaces);
+        // Every tenth ConfigMap carries Flux's watch label (as a real fleet's would).
+        let labels = if i % 10 == 0 {
+            json!({"reconcile.fluxcd.io/watch": "Enabled"})
+        } else {
+            json!({})
+        };
+        [
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("cm-{i}"), "namespace": ns, "labels": labels},
+                "data": {"payload": payload, "v": "0"}}),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("secret-{i}"), "namespace": ns},
+                "stringData": {"payload": payload}}),
+        ]
+    });
+    futures::stream::iter(objects)
+        .for_each_concurrent(32, |object| async move { apply(client, &object).await })
+        .await;
 }
 
 async fn apply_all(client: &Client, objects: Vec<Value>) {

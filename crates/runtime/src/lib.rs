@@ -40,12 +40,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::api::Api;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
-pub use informer::{Change, Informer, Subscription, Watched};
+pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use metrics::WatchMetrics;
 pub use tasks::Tasks;
 
@@ -253,6 +253,33 @@ impl Runtime {
         K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
     {
         self.informer_with(api, config, K::DynamicType::default(), resource, health)
+    }
+
+    /// Starts a shared watch of a kind with a static type whose objects `trim` makes smaller
+    /// before they are stored or delivered (fields no controller of the process reads: every
+    /// byte kept here is kept once per object of the cluster).
+    pub fn informer_trimmed<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &str,
+        health: &Health,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> Informer<K>
+    where
+        K: Watched,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
+    {
+        let (informer, driver) = Informer::new(
+            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            K::DynamicType::default(),
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.spawn(driver);
+        informer
     }
 
     /// Starts a shared watch of a kind found by discovery.

@@ -210,3 +210,71 @@ async fn a_failing_watch_is_not_ready_until_an_event_proves_it_back() {
         "an event after the error proves the watch back"
     );
 }
+
+#[tokio::test]
+async fn each_change_comes_with_the_state_before_it() {
+    let (feed, informer, _, _) = informer(Duration::from_secs(60));
+    let mut sub = informer.subscribe("test");
+    list(&feed, &[("a", "1"), ("b", "1")]);
+    next(&mut sub, 3).await;
+    send(
+        &feed,
+        [
+            Event::Apply(cm("a", "2")),
+            Event::Apply(cm("c", "1")),
+            Event::Delete(cm("b", "1")),
+        ],
+    );
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (change, previous) =
+            tokio::time::timeout(Duration::from_secs(5), sub.recv_with_previous())
+                .await
+                .expect("a change in time")
+                .expect("the informer runs");
+        let before = previous.map_or_else(
+            || "new".to_owned(),
+            |p| p.metadata.resource_version.clone().unwrap_or_default(),
+        );
+        seen.push(format!("{} (before: {before})", text(&change)));
+    }
+    assert_eq!(
+        seen,
+        [
+            "applied a@2 (before: 1)",
+            "applied c@1 (before: new)",
+            "deleted b@1 (before: 1)"
+        ]
+    );
+    // A re-list that found changes says what they replaced too.
+    list(&feed, &[("a", "3"), ("c", "1")]);
+    let (change, previous) = sub.recv_with_previous().await.expect("the informer runs");
+    assert_eq!(text(&change), "applied a@3");
+    assert_eq!(
+        previous.and_then(|p| p.metadata.resource_version.clone()),
+        Some("2".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn the_initial_state_is_one_shared_snapshot_counted_as_unread_until_handed_out() {
+    let (feed, informer, _, _) = informer(Duration::from_secs(60));
+    let mut sub = informer.subscribe("test");
+    list(&feed, &[("a", "1"), ("b", "1"), ("c", "1")]);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while !informer.has_listed() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("listed");
+    assert_eq!(
+        sub.stats.queued.load(Ordering::Acquire),
+        4,
+        "3 objects and InitDone"
+    );
+    next(&mut sub, 2).await;
+    assert_eq!(sub.stats.queued.load(Ordering::Acquire), 2);
+    next(&mut sub, 2).await;
+    assert_eq!(sub.stats.queued.load(Ordering::Acquire), 0);
+}

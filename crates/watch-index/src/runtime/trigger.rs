@@ -49,6 +49,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -473,70 +474,72 @@ fn watch_kind<K: ConfigResource>(
     configs: &ConfigWatches,
     tx: mpsc::UnboundedSender<Fired>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let sub = configs
-        .informer::<K>()
-        .subscribe(&format!("trigger {}", K::KIND));
+    let informer = configs.informer::<K>();
+    let sub = informer.subscribe(&format!("trigger {}", K::KIND));
+    let store = informer.store();
     async move {
         trigger.index.wait_synced().await;
         let mut state = KindState {
             trigger: &trigger,
             kind: K::KIND,
-            known: HashMap::new(),
+            store,
+            hashes: HashMap::new(),
             baseline_done: false,
             tx,
         };
         let mut sub = sub;
-        while let Some(change) = sub.recv().await {
-            state.on_change::<K>(change).await;
+        while let Some((change, previous)) = sub.recv_with_previous().await {
+            state.on_change(change, previous).await;
         }
     }
-}
-
-/// What is remembered of one ConfigMap/Secret between events: enough to tell create from update
-/// and, in data-hash mode, whether the data changed. Never the data itself.
-#[derive(Debug, Clone)]
-struct Seen {
-    resource_version: String,
-    data_hash: Option<DataHash>,
 }
 
 /// SHA-256 of what a ConfigMap/Secret holds.
 type DataHash = [u8; 32];
 
-struct KindState<'a> {
+/// What the trigger remembers of one kind between events. The previous version of an object
+/// (to tell create from update, and its resourceVersion) comes with each change from the shared
+/// informer; only the data hashes of the objects hashed (data-hash mode: referenced and
+/// matching) are kept here. Never the data itself.
+struct KindState<'a, K: ConfigResource> {
     trigger: &'a ConfigTrigger,
     kind: ConfigKind,
-    known: HashMap<(String, String), Seen>,
+    store: Store<PartialObjectMeta<K>>,
+    hashes: HashMap<(String, String), DataHash>,
     baseline_done: bool,
     tx: mpsc::UnboundedSender<Fired>,
 }
 
-impl KindState<'_> {
-    async fn on_change<K: ConfigResource>(&mut self, change: Change<PartialObjectMeta<K>>) {
+impl<K: ConfigResource> KindState<'_, K> {
+    async fn on_change(
+        &mut self,
+        change: Change<PartialObjectMeta<K>>,
+        previous: Option<Arc<PartialObjectMeta<K>>>,
+    ) {
         match change {
-            Change::Initial(meta) => {
-                let id = object_id(&meta.metadata);
-                let rv = meta.metadata.resource_version.clone().unwrap_or_default();
-                self.known.insert(
-                    id,
-                    Seen {
-                        resource_version: rv,
-                        data_hash: None,
-                    },
-                );
-            }
+            Change::Initial(_) => {}
             Change::InitDone => {
                 self.baseline_done = true;
                 if self.trigger.trigger.mode() == Mode::DataHash {
                     self.record_baseline_hashes().await;
                 }
-                debug!(kind = %self.kind, objects = self.known.len(), "trigger: baseline recorded");
+                debug!(kind = %self.kind, objects = self.store.len(), hashed = self.hashes.len(), "trigger: baseline recorded");
             }
-            Change::Applied(meta) => self.on_apply(&meta.metadata).await,
+            Change::Applied(meta) => {
+                let previous_rv =
+                    previous.map(|p| p.metadata.resource_version.clone().unwrap_or_default());
+                self.on_apply(&meta.metadata, previous_rv).await;
+            }
             Change::Deleted(meta) => {
                 let id = object_id(&meta.metadata);
-                let last = self.known.remove(&id);
-                let rv = last.map(|s| s.resource_version).unwrap_or_default();
+                self.hashes.remove(&id);
+                let rv = previous
+                    .as_ref()
+                    .unwrap_or(&meta)
+                    .metadata
+                    .resource_version
+                    .clone()
+                    .unwrap_or_default();
                 let decision = self.trigger.trigger.decide(
                     &ConfigEvent::Deleted(Observed::new(&meta.metadata.labels, &rv)),
                     self.trigger.index.is_referenced(self.kind, &id),
@@ -547,12 +550,13 @@ impl KindState<'_> {
         }
     }
 
-    async fn on_apply(&mut self, meta: &kube::api::ObjectMeta) {
+    /// An object was created (`previous_rv` `None`) or updated.
+    async fn on_apply(&mut self, meta: &kube::api::ObjectMeta, previous_rv: Option<String>) {
         let trigger = self.trigger;
         let id = object_id(meta);
         let matched = trigger.trigger.selector().matches(&meta.labels);
         let new_rv = meta.resource_version.clone().unwrap_or_default();
-        let previous = self.known.get(&id).cloned();
+        let previous_hash = self.hashes.get(&id).copied();
         let has_referrers = trigger.index.is_referenced(self.kind, &id);
         // Data is read only when it can matter: data-hash mode, a matching object, referrers.
         let data_hash = if trigger.trigger.mode() == Mode::DataHash && matched && has_referrers {
@@ -570,16 +574,16 @@ impl KindState<'_> {
             Some(hash) => Observed::new(&meta.labels, &new_rv).with_data_hash(hash),
             None => Observed::new(&meta.labels, &new_rv),
         };
-        let decision = match &previous {
+        let decision = match &previous_rv {
             None => trigger
                 .trigger
                 .decide(&ConfigEvent::Created(new_observed), has_referrers),
-            Some(old) => {
+            Some(old_rv) => {
                 // The old labels do not matter to the rule (the new ones decide); the old
                 // resourceVersion and data hash do.
                 let no_labels: Option<&std::collections::BTreeMap<String, String>> = None;
-                let mut old_observed = Observed::new(&no_labels, &old.resource_version);
-                if let Some(hash) = &old.data_hash {
+                let mut old_observed = Observed::new(&no_labels, old_rv);
+                if let Some(hash) = &previous_hash {
                     old_observed = old_observed.with_data_hash(hash);
                 }
                 trigger.trigger.decide(
@@ -591,18 +595,18 @@ impl KindState<'_> {
                 )
             }
         };
-        let change = if previous.is_none() {
+        let change = if previous_rv.is_none() {
             ConfigChange::Created
         } else {
             ConfigChange::Updated
         };
-        self.known.insert(
-            id.clone(),
-            Seen {
-                resource_version: new_rv,
-                data_hash: data_hash.or(previous.and_then(|p| p.data_hash)),
-            },
-        );
+        if previous_rv.is_none() {
+            // A new object: a hash left from an earlier object of the same name is stale.
+            self.hashes.remove(&id);
+        }
+        if let Some(hash) = data_hash.or(previous_hash.filter(|_| previous_rv.is_some())) {
+            self.hashes.insert(id.clone(), hash);
+        }
         self.fire(&id, change, decision);
     }
 
@@ -640,15 +644,16 @@ impl KindState<'_> {
         }
     }
 
-    /// Hashes of the data of every referenced, matching object, once the baseline is complete.
+    /// Hashes of the data of every referenced object, once the baseline is complete.
     async fn record_baseline_hashes(&mut self) {
         let trigger = self.trigger;
         let kind = self.kind;
         let wanted: Vec<(String, String)> = self
-            .known
-            .keys()
+            .store
+            .state()
+            .iter()
+            .map(|meta| object_id(&meta.metadata))
             .filter(|id| trigger.index.is_referenced(kind, id))
-            .cloned()
             .collect();
         let hashes: Vec<_> = futures::stream::iter(wanted)
             .map(|id| async move {
@@ -661,9 +666,10 @@ impl KindState<'_> {
             .buffer_unordered(trigger.concurrent)
             .collect()
             .await;
+        // A deletion or re-creation seen meanwhile is handled by its own event, which comes next.
         for (id, hash) in hashes {
-            if let Some(seen) = self.known.get_mut(&id) {
-                seen.data_hash = hash;
+            if let Some(hash) = hash {
+                self.hashes.insert(id, hash);
             }
         }
     }
