@@ -27,7 +27,7 @@
 //! `PEERS_SCENARIOS` (comma-separated, default all), `PEERS_SCALE_SIZES` (`20000,100000`),
 //! `PEERS_WORKLOADS` (2000), `PEERS_KUSTOMIZATIONS` (1000), `PEERS_QUIET_SECS` (300),
 //! `PEERS_CHANGES` (100), `PEERS_FLIP_SECS` (60), `PEERS_RESTART_WORKLOADS` (1000),
-//! `PEERS_REAPPLY_ROUNDS` (3), `PEERS_FANOUT` (1000), `PEERS_ONLY` (contender names, comma-separated).
+//! `PEERS_REAPPLY_ROUNDS` (3), `PEERS_FANOUT` (1000), `PEERS_FANOUT_TIMEOUT_SECS` (300), `PEERS_ONLY` (contender names, comma-separated).
 
 mod scenarios;
 mod world;
@@ -68,6 +68,8 @@ pub struct Settings {
     pub reapply_rounds: usize,
     /// Target namespaces of the fan-out.
     pub fanout: usize,
+    /// How long the fan-out waits for every copy (created, then updated).
+    pub fanout_timeout: Duration,
     /// Contenders to run (name prefixes), all when `None`.
     pub only: Option<Vec<String>>,
 }
@@ -88,6 +90,7 @@ impl Settings {
             restart_workloads: env_usize("PEERS_RESTART_WORKLOADS", 1000),
             reapply_rounds: env_usize("PEERS_REAPPLY_ROUNDS", 3),
             fanout: env_usize("PEERS_FANOUT", 1000),
+            fanout_timeout: Duration::from_secs(env_usize("PEERS_FANOUT_TIMEOUT_SECS", 300) as u64),
             only: std::env::var("PEERS_ONLY")
                 .ok()
                 .map(|v| v.split(',').map(|s| s.trim().to_owned()).collect()),

@@ -229,6 +229,18 @@ fn print_table(lines: &[String]) {
 // ---------------------------------------------------------------------------------------------
 // rollout
 
+/// conflux with `--reload-debounce=0`: no coalescing window (the latency a peer without one has,
+/// and the storms it lets through).
+fn conflux_without_debounce(peers: &crate::world::Peers) -> Slot {
+    let mut slot = peers.conflux.clone();
+    slot.name = "conflux --reload-debounce=0".into();
+    if let Ok(c) = &mut slot.contender {
+        c.name = slot.name.clone();
+        c.args.push("--reload-debounce=0".into());
+    }
+    slot
+}
+
 /// When new ReplicaSets were seen, by owning Deployment.
 type Seen = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
@@ -299,14 +311,7 @@ pub async fn rollout(
         })
         .collect();
     world::apply_all(client, fresh.clone()).await;
-    let mut conflux_fast = peers.conflux.clone();
-    if let Ok(c) = &peers.conflux.contender {
-        let mut c = c.clone();
-        c.name = "conflux --reload-debounce=0".into();
-        c.args.push("--reload-debounce=0".into());
-        conflux_fast.name = c.name.clone();
-        conflux_fast.contender = Ok(c);
-    }
+    let conflux_fast = conflux_without_debounce(peers);
     let slots = [&peers.conflux, &conflux_fast, &peers.reloader, &peers.wave];
     let contenders = selected(settings, &slots);
     let mut table = vec![
@@ -406,7 +411,8 @@ pub async fn storms(
     settings: &Settings,
 ) -> anyhow::Result<()> {
     let client = &world.client;
-    let slots = [&peers.conflux, &peers.reloader, &peers.wave];
+    let fast = conflux_without_debounce(peers);
+    let slots = [&peers.conflux, &fast, &peers.reloader, &peers.wave];
     let contenders = selected(settings, &slots);
     let flip_writes = (settings.flip.as_secs() * 10) as usize | 1; // odd: ends on the other value
     let mut table = vec![
@@ -672,13 +678,13 @@ pub async fn fanout(
                          "labels": {"reconcile.fluxcd.io/watch": "Enabled"}},
             "stringData": {"v": value}})
         };
+        let timeout = settings.fanout_timeout;
         world::apply_all(client, vec![source("one")]).await;
         world::apply_all(client, v.extra.clone()).await;
-        let created = copies_reach(client, &v.copy_name, n, "one", Duration::from_secs(300)).await;
+        let created = copies_reach(client, &v.copy_name, n, "one", t0, timeout).await;
         let t1 = Instant::now();
         world::apply_all(client, vec![source("two")]).await;
-        let updated = copies_reach(client, &v.copy_name, n, "two", Duration::from_secs(300)).await;
-        let _ = t1;
+        let updated = copies_reach(client, &v.copy_name, n, "two", t1, timeout).await;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let requests = audit.take();
         let secrets: Api<Secret> = Api::namespaced(client.clone(), "peers-fan-src");
@@ -686,24 +692,24 @@ pub async fn fanout(
         tokio::time::sleep(Duration::from_secs(30)).await;
         let left = count_copies(client, &v.copy_name).await;
         start.running.kill();
-        let created_s = created.map(|d| d.as_secs_f64());
-        let _ = t0;
+        let created_s = created.as_ref().ok().map(|d| d.as_secs_f64());
         if v.name == "conflux (ConfigSync)" {
             conflux_time = created_s.unwrap_or(f64::NAN);
         }
+        let shown = |r: &Result<Duration, usize>| match r {
+            Ok(d) => format!("{:.2}", d.as_secs_f64()),
+            Err(seen) => format!("{seen}/{n} after {} s", timeout.as_secs()),
+        };
         let row = format!(
             "| {} | {} | {} | {} | {} | {left} |",
             v.name,
-            created_s.map_or("not all in 300 s".into(), |s| format!("{s:.2}")),
+            shown(&created),
             if v.name == "conflux (ConfigSync)" {
                 "1".into()
             } else {
                 ratio(created_s.unwrap_or(f64::NAN), conflux_time)
             },
-            updated.map_or("not all in 300 s".into(), |d| format!(
-                "{:.2}",
-                d.as_secs_f64()
-            )),
+            shown(&updated),
             audit::summary(&requests),
         );
         println!("peers: fanout: {row}");
@@ -718,26 +724,27 @@ pub async fn fanout(
     Ok(())
 }
 
-/// Waits until `n` Secrets named `name` outside the source namespace carry `v = value`; the time
-/// it took.
+/// Waits until `n` Secrets named `name` outside the source namespace carry `v = value`: the time
+/// since `since`, or how many did when `timeout` ran out.
 async fn copies_reach(
     client: &Client,
     name: &str,
     n: usize,
     value: &str,
+    since: Instant,
     timeout: Duration,
-) -> Option<Duration> {
-    let t0 = Instant::now();
+) -> Result<Duration, usize> {
     let api: Api<Secret> = Api::all(client.clone());
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher(api, config).default_backoff().boxed();
     let mut have: BTreeMap<String, bool> = BTreeMap::new();
     let want = value.as_bytes();
-    let deadline = tokio::time::Instant::now() + timeout;
+    let deadline = tokio::time::Instant::from_std(since) + timeout;
     loop {
-        let next = tokio::time::timeout_at(deadline, stream.next())
-            .await
-            .ok()??;
+        let seen = have.values().filter(|ok| **ok).count();
+        let Ok(Some(next)) = tokio::time::timeout_at(deadline, stream.next()).await else {
+            return Err(seen);
+        };
         let Ok(event) = next else { continue };
         let mut apply = |s: &Secret| {
             let ns = s.metadata.namespace.clone().unwrap_or_default();
@@ -759,7 +766,7 @@ async fn copies_reach(
             _ => {}
         }
         if have.values().filter(|ok| **ok).count() >= n {
-            return Some(t0.elapsed());
+            return Ok(since.elapsed());
         }
     }
 }
@@ -907,7 +914,14 @@ pub async fn watch_configs(
         )
         .await?;
         let is_conflux = name.starts_with("conflux");
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // With its watchers off kustomize-controller does not react: it is here for its memory
+        // (the watchers' cost is the difference); a short wait shows it.
+        let wait = if name.contains("watchers off") {
+            15
+        } else {
+            120
+        };
+        let deadline = Instant::now() + Duration::from_secs(wait);
         let mut asked = None;
         while Instant::now() < deadline {
             let done = if is_conflux {
@@ -937,7 +951,7 @@ pub async fn watch_configs(
         }
         let row = format!(
             "| {name} | {} | {} | {} | {:.1} | {:.1} |",
-            secs_asked.map_or("not all in 120 s".into(), |s| format!("{s:.2}")),
+            secs_asked.map_or(format!("not asked within {wait} s"), |s| format!("{s:.2}")),
             if is_conflux {
                 "1".into()
             } else {

@@ -103,20 +103,30 @@ pub fn with_verb(requests: &Requests, verb: &str) -> u64 {
         .sum()
 }
 
-/// One line: `N (LIST a, WATCH b, GET c, writes d)`.
+/// One line: `N (LIST a, WATCH b, GET c, writes d: PATCH x 3, CREATE y 2)`.
 pub fn summary(requests: &Requests) -> String {
-    let writes: u64 = ["CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"]
-        .iter()
-        .map(|v| with_verb(requests, v))
-        .sum();
-    format!(
-        "{} (LIST {}, WATCH {}, GET {}, writes {})",
+    const WRITES: [&str; 5] = ["CREATE", "UPDATE", "PATCH", "DELETE", "DELETECOLLECTION"];
+    let writes: u64 = WRITES.iter().map(|v| with_verb(requests, v)).sum();
+    let mut line = format!(
+        "{} (LIST {}, WATCH {}, GET {}, writes {}",
         total(requests),
         with_verb(requests, "LIST"),
         with_verb(requests, "WATCH"),
         with_verb(requests, "GET"),
         writes
-    )
+    );
+    let mut by: Vec<(&String, &u64)> = requests
+        .iter()
+        .filter(|(key, _)| WRITES.contains(&key.split(' ').next().unwrap_or_default()))
+        .collect();
+    by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if !by.is_empty() {
+        let parts: Vec<String> = by.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        line.push_str(": ");
+        line.push_str(&parts.join(", "));
+    }
+    line.push(')');
+    line
 }
 
 /// Adds `more` into `into`.

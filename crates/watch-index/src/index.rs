@@ -185,6 +185,11 @@ pub struct DependencyOrder {
     /// Each cycle (a strongly connected component, or a self-dependency), sorted. Flux drops the
     /// whole event when there is one; a caller that wants that behaviour checks `cycles.is_empty()`.
     pub cycles: Vec<Vec<ObjectRef>>,
+    /// The `dependsOn` depth of each object of `order`, by position: 0 for a referrer that
+    /// depends on no other referrer of the key, else one more than the deepest it depends on
+    /// (members of a cycle share one). Referrers of one depth have no order among themselves, so
+    /// a caller may write them in parallel and keep only the depths in sequence.
+    pub depths: Vec<usize>,
 }
 
 /// ConfigMap/Secret key → referrers, updated incrementally. See the [module docs](self).
@@ -558,13 +563,26 @@ impl ReverseIndex {
             })
             .collect();
         let mut out = DependencyOrder::default();
+        // Tarjan yields each component after every component it reaches (dependencies first),
+        // so the depths of a component's dependencies are known when it comes.
+        let mut depth_of: Vec<Option<usize>> = vec![None; members.len()];
         for scc in tarjan(&edges) {
             let cyclic = scc.len() > 1 || edges[scc[0]].contains(&scc[0]);
+            let depth = scc
+                .iter()
+                .flat_map(|&i| edges[i].iter())
+                .filter_map(|&d| depth_of[d].map(|depth| depth + 1))
+                .max()
+                .unwrap_or(0);
+            for &i in &scc {
+                depth_of[i] = Some(depth);
+            }
             let mut objs: Vec<ObjectRef> = scc.iter().map(|&i| members[i].object.clone()).collect();
             objs.sort_unstable();
             if cyclic {
                 out.cycles.push(objs.clone());
             }
+            out.depths.extend(std::iter::repeat_n(depth, objs.len()));
             out.order.extend(objs);
         }
         out

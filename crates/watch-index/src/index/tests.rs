@@ -280,6 +280,13 @@ fn dependency_order_chain_and_unrelated() {
     assert!(pos("crds") < pos("infra"));
     assert!(pos("infra") < pos("apps"));
     assert!(pos("apps") < pos("a-cross"));
+    // Depths: the writes of one depth may go in parallel.
+    let depth = |n: &str| out.depths[pos(n)];
+    assert_eq!(out.depths.len(), 5);
+    assert_eq!(
+        ["crds", "zz-alone", "infra", "apps", "a-cross"].map(depth),
+        [0, 0, 1, 2, 3]
+    );
     // Deterministic whatever the insertion order.
     assert_eq!(out, f.index.referrers_in_dependency_order(&key));
 }
@@ -309,6 +316,11 @@ fn dependency_cycles_are_reported_not_looped() {
     let pos = |n: &str| order.iter().position(|o| o == n).unwrap();
     assert!(pos("ns/base") < pos("ns/x"));
     assert!(pos("ns/x") < pos("ns/after"));
+    let depth = |n: &str| out.depths[pos(n)];
+    assert_eq!(
+        ["ns/base", "ns/self", "ns/x", "ns/y", "ns/after"].map(depth),
+        [0, 0, 1, 1, 2]
+    );
 }
 
 #[test]

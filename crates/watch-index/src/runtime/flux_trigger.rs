@@ -337,22 +337,27 @@ impl Executor {
         );
         let event = fired.change.as_str();
         info!(source = %source, event, referrers = fired.order.order.len(), "flux-trigger: requesting reconciliation");
-        // Kustomizations are written one after the other in dependsOn order, so Flux's queue
-        // sees them in that order; other kinds have no order and are written in parallel.
-        let (ordered, unordered): (Vec<ObjectRef>, Vec<ObjectRef>) = fired
-            .order
-            .order
-            .into_iter()
-            .partition(|o| o.group.as_ref() == KUSTOMIZE_GROUP);
-        for object in &ordered {
-            self.request_if_new(object, &source, event).await;
+        // Kustomizations are written in dependsOn order, so Flux's queue sees every dependency
+        // before its dependents: depth by depth, each depth in parallel (its members have no
+        // order among themselves). Other kinds have no order and are written in parallel.
+        let mut depths: std::collections::BTreeMap<usize, Vec<ObjectRef>> = Default::default();
+        let mut unordered = Vec::new();
+        for (i, object) in fired.order.order.into_iter().enumerate() {
+            if object.group.as_ref() == KUSTOMIZE_GROUP {
+                let depth = fired.order.depths.get(i).copied().unwrap_or(i);
+                depths.entry(depth).or_default().push(object);
+            } else {
+                unordered.push(object);
+            }
         }
-        futures::stream::iter(unordered)
-            .for_each_concurrent(self.config.concurrent.max(1), |object| {
-                let source = source.clone();
-                async move { self.request_if_new(&object, &source, event).await }
-            })
-            .await;
+        for batch in depths.into_values().chain(std::iter::once(unordered)) {
+            futures::stream::iter(batch)
+                .for_each_concurrent(self.config.concurrent.max(1), |object| {
+                    let source = source.clone();
+                    async move { self.request_if_new(&object, &source, event).await }
+                })
+                .await;
+        }
     }
 
     /// Requests reconciliation unless this state of the referrer's configs was requested already.
