@@ -122,6 +122,40 @@ impl ConfigWatches {
                 .map(|o| o.metadata.clone()),
         }
     }
+
+    /// The annotations of one object (`None` when it is unknown or has none), from the shared
+    /// store.
+    pub fn annotations(
+        &self,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        self.meta(kind, namespace, name)?.annotations
+    }
+
+    /// The kind and name of every ConfigMap and Secret of `namespace`, sorted.
+    pub fn names(&self, namespace: &str) -> Vec<(ConfigKind, String)> {
+        fn of<K: ConfigResource>(
+            informer: &Informer<PartialObjectMeta<K>>,
+            namespace: &str,
+            out: &mut Vec<(ConfigKind, String)>,
+        ) {
+            out.extend(
+                informer
+                    .store()
+                    .state()
+                    .iter()
+                    .filter(|o| o.metadata.namespace.as_deref() == Some(namespace))
+                    .filter_map(|o| Some((K::KIND, o.metadata.name.clone()?))),
+            );
+        }
+        let mut out = Vec::new();
+        of(&self.config_maps, namespace, &mut out);
+        of(&self.secrets, namespace, &mut out);
+        out.sort();
+        out
+    }
 }
 
 fn start_kind<K: ConfigResource>(
