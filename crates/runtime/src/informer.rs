@@ -18,7 +18,6 @@
 //! per incident (and once when it recovers), and make readiness false until the watch answers
 //! again. A subscriber that leaves events unread longer than the stall bound fails liveness.
 
-use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -29,15 +28,17 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher::{self, Event};
-use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::health::{Health, Probe};
+pub use crate::meta_store::{Backend, KubeStore, MetaStore, Snapshot, StoredMeta};
 use crate::metrics::{ResourceLabels, WatchMetrics};
 use crate::sync::lock;
 
@@ -91,15 +92,17 @@ where
 {
 }
 
-/// A handle to one shared watch. Cheap to clone.
-pub struct Informer<K: Watched>
+/// A handle to one shared watch. Cheap to clone. `B` is where it keeps the objects: kube's
+/// reflector store by default ([`Informer::store`]), or a compact [`MetaStore`] of metadata
+/// ([`Informer::new_compact`], for kinds with very many objects).
+pub struct Informer<K: Watched, B: Backend<K> = KubeStore<K>>
 where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
-    shared: Arc<Shared<K>>,
+    shared: Arc<Shared<K, B>>,
 }
 
-impl<K: Watched> Clone for Informer<K>
+impl<K: Watched, B: Backend<K>> Clone for Informer<K, B>
 where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
@@ -110,7 +113,7 @@ where
     }
 }
 
-impl<K: Watched> Debug for Informer<K>
+impl<K: Watched, B: Backend<K>> Debug for Informer<K, B>
 where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
@@ -121,12 +124,12 @@ where
     }
 }
 
-struct Shared<K: Watched>
+struct Shared<K: Watched, B: Backend<K>>
 where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     resource: String,
-    store: Store<K>,
+    store: B,
     subscribers: Mutex<Subscribers<K>>,
     status: Mutex<Status>,
     metrics: Arc<WatchMetrics>,
@@ -152,7 +155,7 @@ struct Subscriber<K> {
 /// more than the store itself.
 enum Message<K> {
     /// The initial state, then [`Change::InitDone`].
-    Snapshot(Arc<[Arc<K>]>),
+    Snapshot(Arc<dyn Snapshot<K>>),
     /// A change, and the state the store held before it (for an update or a deletion).
     Change(Change<K>, Option<Arc<K>>),
 }
@@ -196,10 +199,69 @@ where
         health: &Health,
         stall_after: Duration,
     ) -> (Self, impl Future<Output = ()> + Send + 'static) {
-        let writer = Writer::new(dyntype.clone());
+        Self::with_backend(
+            stream,
+            KubeStore::new(dyntype),
+            resource,
+            metrics,
+            health,
+            stall_after,
+        )
+    }
+
+    /// The store of every object of the kind (shared; never mutate through it).
+    pub fn store(&self) -> Store<K> {
+        self.shared.store.store()
+    }
+}
+
+impl<X> Informer<PartialObjectMeta<X>, MetaStore<X>>
+where
+    PartialObjectMeta<X>: Watched,
+    <PartialObjectMeta<X> as Resource>::DynamicType: Eq + Hash + Clone + Send + Sync,
+    X: 'static,
+{
+    /// A shared metadata watch that keeps its objects in a compact [`MetaStore`] (see
+    /// [`Informer::new`] for the rest). Subscribers still receive `PartialObjectMeta`s, holding
+    /// what the store keeps (see [`StoredMeta`]).
+    pub fn new_compact(
+        stream: impl Stream<Item = Result<Event<PartialObjectMeta<X>>, watcher::Error>> + Send + 'static,
+        resource: &str,
+        metrics: Arc<WatchMetrics>,
+        health: &Health,
+        stall_after: Duration,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        Self::with_backend(
+            stream,
+            MetaStore::default(),
+            resource,
+            metrics,
+            health,
+            stall_after,
+        )
+    }
+
+    /// The store of every object of the kind (shared).
+    pub fn store(&self) -> MetaStore<X> {
+        self.shared.store.clone()
+    }
+}
+
+impl<K: Watched, B: Backend<K>> Informer<K, B>
+where
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    fn with_backend(
+        stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+        store: B,
+        resource: &str,
+        metrics: Arc<WatchMetrics>,
+        health: &Health,
+        stall_after: Duration,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
         let shared = Arc::new(Shared {
             resource: resource.to_owned(),
-            store: writer.as_reader(),
+            store,
             subscribers: Mutex::new(Subscribers {
                 synced: false,
                 list: Vec::new(),
@@ -223,13 +285,8 @@ where
                 annotations.remove(LAST_APPLIED_ANNOTATION);
             }
         });
-        let driver = run(shared.clone(), stream, writer, dyntype);
+        let driver = run(shared.clone(), stream);
         (Informer { shared }, driver)
-    }
-
-    /// The store of every object of the kind (shared; never mutate through it).
-    pub fn store(&self) -> Store<K> {
-        self.shared.store.clone()
     }
 
     /// The kind's name, as used in metrics and logs.
@@ -270,8 +327,8 @@ where
         let subscriber = Subscriber { tx, stats };
         let mut subs = self.shared.lock_subscribers();
         if subs.synced {
-            let state: Arc<[Arc<K>]> = self.shared.store.state().into();
-            self.shared.send_initial(&subscriber, state);
+            self.shared
+                .send_initial(&subscriber, self.shared.store.snapshot());
         }
         subs.list.push(subscriber.clone_handle());
         drop(subs);
@@ -293,7 +350,7 @@ impl<K> Subscriber<K> {
     }
 }
 
-impl<K: Watched> Shared<K>
+impl<K: Watched, B: Backend<K>> Shared<K, B>
 where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
@@ -325,7 +382,7 @@ where
     }
 
     /// Queues the initial state (each object, then [`Change::InitDone`]).
-    fn send_initial(&self, subscriber: &Subscriber<K>, state: Arc<[Arc<K>]>) {
+    fn send_initial(&self, subscriber: &Subscriber<K>, state: Arc<dyn Snapshot<K>>) {
         let events = state.len() + 1;
         self.send(subscriber, Message::Snapshot(state), events);
     }
@@ -460,21 +517,19 @@ fn clone_change<K>(change: &Change<K>) -> Change<K> {
 }
 
 /// A re-list in progress: what the store held before it, and what changed so far.
-struct Relist<K: Resource> {
-    before: HashMap<ObjectRef<K>, Arc<K>>,
+struct Relist<K, B: Backend<K>> {
+    before: B::Before,
     changes: Vec<(Change<K>, Option<Arc<K>>)>,
 }
 
-async fn run<K: Watched>(
-    shared: Arc<Shared<K>>,
+async fn run<K: Watched, B: Backend<K>>(
+    shared: Arc<Shared<K, B>>,
     stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send,
-    mut writer: Writer<K>,
-    dyntype: K::DynamicType,
 ) where
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut relist: Option<Relist<K>> = None;
+    let mut relist: Option<Relist<K, B>> = None;
     let mut listed_once = false;
     while let Some(item) = stream.next().await {
         let event = match item {
@@ -490,48 +545,40 @@ async fn run<K: Watched>(
         }
         match &event {
             Event::Init => {
-                let before: HashMap<ObjectRef<K>, Arc<K>> = if listed_once {
+                relist = if listed_once {
                     shared.metrics.relists.get_or_create(&shared.labels).inc();
                     debug!(resource = %shared.resource, "re-listing");
-                    shared
-                        .store
-                        .state()
-                        .into_iter()
-                        .map(|o| (ObjectRef::from_obj_with(&*o, dyntype.clone()), o))
-                        .collect()
+                    Some(Relist {
+                        before: shared.store.before(),
+                        changes: Vec::new(),
+                    })
                 } else {
-                    HashMap::new()
+                    None
                 };
-                relist = Some(Relist {
-                    before,
-                    changes: Vec::new(),
-                });
-                writer.apply_watcher_event(&event);
+                shared.store.apply(&event);
             }
             Event::InitApply(obj) => {
                 if listed_once && let Some(r) = relist.as_mut() {
-                    let key = ObjectRef::from_obj_with(obj, dyntype.clone());
-                    let old = r.before.remove(&key);
-                    let changed = old
-                        .as_ref()
-                        .is_none_or(|old| old.resource_version() != obj.resource_version());
+                    let (old, changed) = shared.store.take(&mut r.before, obj);
                     if changed {
                         r.changes
                             .push((Change::Applied(Arc::new(obj.clone())), old));
                     }
                 }
-                writer.apply_watcher_event(&event);
+                shared.store.apply(&event);
             }
             Event::InitDone => {
                 let mut subs = shared.lock_subscribers();
-                writer.apply_watcher_event(&event);
+                shared.store.apply(&event);
                 let done = relist.take();
                 if listed_once {
                     if let Some(done) = done {
                         let mut changes = done.changes;
                         changes.extend(
-                            done.before
-                                .into_values()
+                            shared
+                                .store
+                                .rest(done.before)
+                                .into_iter()
                                 .map(|old| (Change::Deleted(old.clone()), Some(old))),
                         );
                         if !changes.is_empty() {
@@ -542,7 +589,7 @@ async fn run<K: Watched>(
                 } else {
                     listed_once = true;
                     subs.synced = true;
-                    let state: Arc<[Arc<K>]> = shared.store.state().into();
+                    let state = shared.store.snapshot();
                     for subscriber in &subs.list {
                         shared.send_initial(subscriber, state.clone());
                     }
@@ -552,21 +599,19 @@ async fn run<K: Watched>(
                 shared.set_synced(true);
             }
             Event::Apply(obj) => {
-                let key = ObjectRef::from_obj_with(obj, dyntype.clone());
                 let mut subs = shared.lock_subscribers();
-                let previous = shared.store.get(&key);
-                writer.apply_watcher_event(&event);
+                let previous = shared.store.get_like(obj);
+                shared.store.apply(&event);
                 let stored = shared
                     .store
-                    .get(&key)
+                    .get_like(obj)
                     .unwrap_or_else(|| Arc::new(obj.clone()));
                 shared.broadcast(&mut subs, vec![(Change::Applied(stored), previous)]);
             }
             Event::Delete(obj) => {
-                let key = ObjectRef::from_obj_with(obj, dyntype.clone());
                 let mut subs = shared.lock_subscribers();
-                let previous = shared.store.get(&key);
-                writer.apply_watcher_event(&event);
+                let previous = shared.store.get_like(obj);
+                shared.store.apply(&event);
                 shared.broadcast(
                     &mut subs,
                     vec![(Change::Deleted(Arc::new(obj.clone())), previous)],
@@ -595,7 +640,7 @@ async fn run<K: Watched>(
 pub struct Subscription<K> {
     rx: mpsc::UnboundedReceiver<Message<K>>,
     /// The initial state being handed out, and how much of it was.
-    initial: Option<(Arc<[Arc<K>]>, usize)>,
+    initial: Option<(Arc<dyn Snapshot<K>>, usize)>,
     stats: Arc<SubscriberStats>,
     epoch: Instant,
 }
@@ -667,21 +712,37 @@ impl<K> Subscription<K> {
     where
         K: Resource + Clone + Send + Sync + 'static,
     {
-        self.filter_map(|change| async move {
-            match change {
-                Change::Initial(o) | Change::Applied(o) => Some(o),
-                Change::Deleted(o) if o.meta().deletion_timestamp.is_some() => Some(o),
-                Change::Deleted(o) => {
-                    let mut gone = (*o).clone();
-                    gone.meta_mut().deletion_timestamp =
-                        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                            k8s_openapi::jiff::Timestamp::now(),
-                        ));
-                    Some(Arc::new(gone))
-                }
-                Change::InitDone => None,
-            }
-        })
+        touched(self)
+    }
+}
+
+impl<K> Subscription<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Default,
+{
+    /// [`Subscription::touched`], with a kube [`Store`] of the objects `keep` accepts, for a
+    /// `Controller` over a subset of a kind kept in a [`MetaStore`] (say, the ConfigMaps with a
+    /// given annotation). The store is updated before each object is yielded, so a reconcile
+    /// the object triggers finds it; it is ready once the initial state is in.
+    pub fn touched_keeping(
+        self,
+        keep: impl Fn(&K) -> bool + Send + 'static,
+    ) -> (Store<K>, impl Stream<Item = Arc<K>> + Send + 'static) {
+        let mut writer = kube::runtime::reflector::store::Writer::<K>::default();
+        let store = writer.as_reader();
+        writer.apply_watcher_event(&Event::Init);
+        let stream = self.inspect(move |change| {
+            let event = match change {
+                Change::Initial(o) if keep(o) => Event::InitApply((**o).clone()),
+                Change::InitDone => Event::InitDone,
+                Change::Applied(o) if keep(o) => Event::Apply((**o).clone()),
+                Change::Applied(o) | Change::Deleted(o) => Event::Delete((**o).clone()),
+                _ => return,
+            };
+            writer.apply_watcher_event(&event);
+        });
+        (store, touched(stream))
     }
 }
 
@@ -692,6 +753,29 @@ impl<K> Stream for Subscription<K> {
         self.poll_change(cx)
             .map(|item| item.map(|(change, _previous)| change))
     }
+}
+
+fn touched<K>(
+    changes: impl Stream<Item = Change<K>> + Send + 'static,
+) -> impl Stream<Item = Arc<K>> + Send + 'static
+where
+    K: Resource + Clone + Send + Sync + 'static,
+{
+    changes.filter_map(|change| async move {
+        match change {
+            Change::Initial(o) | Change::Applied(o) => Some(o),
+            Change::Deleted(o) if o.meta().deletion_timestamp.is_some() => Some(o),
+            Change::Deleted(o) => {
+                let mut gone = (*o).clone();
+                gone.meta_mut().deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    ));
+                Some(Arc::new(gone))
+            }
+            Change::InitDone => None,
+        }
+    })
 }
 
 /// Whether a watch error means the API server does not serve the kind (404 on list or watch).

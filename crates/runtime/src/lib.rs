@@ -27,6 +27,7 @@ pub mod events;
 pub mod health;
 pub mod informer;
 pub mod lease;
+pub mod meta_store;
 pub mod metrics;
 pub mod server;
 pub mod shutdown;
@@ -46,6 +47,7 @@ use kube::{Client, Resource};
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
+pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
 pub use tasks::Tasks;
 
@@ -273,6 +275,34 @@ impl Runtime {
         let (informer, driver) = Informer::new(
             watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
             K::DynamicType::default(),
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.spawn(driver);
+        informer
+    }
+
+    /// Starts a shared metadata-only watch whose objects are kept in a compact [`MetaStore`]
+    /// (for kinds with very many objects: ConfigMaps, Secrets); `trim` as in
+    /// [`Runtime::informer_trimmed`].
+    pub fn informer_compact<X>(
+        &self,
+        api: Api<kube::api::PartialObjectMeta<X>>,
+        config: watcher::Config,
+        resource: &str,
+        health: &Health,
+        trim: impl FnMut(&mut kube::api::PartialObjectMeta<X>) + Send + 'static,
+    ) -> Informer<kube::api::PartialObjectMeta<X>, MetaStore<X>>
+    where
+        kube::api::PartialObjectMeta<X>: Watched,
+        <kube::api::PartialObjectMeta<X> as Resource>::DynamicType:
+            Eq + std::hash::Hash + Clone + Send + Sync + Default,
+        X: 'static,
+    {
+        let (informer, driver) = Informer::new_compact(
+            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
             resource,
             self.inner.metrics.clone(),
             health,

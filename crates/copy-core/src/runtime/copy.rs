@@ -147,22 +147,29 @@ async fn run_kind<K: ConfigResource>(
     let kind = SourceKind::from(K::KIND);
     let informer = configs.informer::<K>();
     let target_ctx = ctx.clone();
-    let targets = informer
+    // Only the copy targets (objects with a copy annotation) are kept for the controller; the
+    // shared store keeps every object, compactly.
+    let (store, targets) = informer
         .subscribe(&format!("copy targets {kind}"))
-        .touched()
-        .filter(move |meta| {
-            let keep = target_ctx.handles(&meta.metadata)
-                && !matches!(
-                    copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
-                    Ok(None)
-                );
-            async move { keep }
+        .touched_keeping(move |meta: &PartialObjectMeta<K>| {
+            !matches!(
+                copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
+                Ok(None)
+            )
         });
+    let targets = targets.filter(move |meta| {
+        let keep = target_ctx.handles(&meta.metadata)
+            && !matches!(
+                copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
+                Ok(None)
+            );
+        async move { keep }
+    });
     let sources = informer
         .subscribe(&format!("copy sources {kind}"))
         .touched();
     let mapper_ctx = ctx.clone();
-    let controller = Controller::for_shared_stream(targets, informer.store())
+    let controller = Controller::for_shared_stream(targets, store)
         .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
         .watches_shared_stream(sources, move |meta| copies_of(&mapper_ctx, kind, &meta));
     let listed = async {

@@ -147,22 +147,11 @@ impl Owned {
 /// (kind, namespace, name) of a ConfigMap/Secret.
 type ConfigId = (ConfigKind, String, String);
 
-/// What is remembered of a ConfigMap/Secret from its metadata-only watch. Never its data.
-#[derive(Debug, Clone)]
-struct ConfigMeta {
-    resource_version: String,
-    annotations: Option<BTreeMap<String, String>>,
-}
-
-/// The controller's caches. Critical sections are short and never await.
 #[derive(Debug, Default)]
 struct State {
     index: ConsumerIndex,
     /// Opted-in workloads, as last seen (or as returned by our own patch).
     workloads: HashMap<ObjectRef, Arc<Owned>>,
-    /// Metadata of every ConfigMap/Secret, by namespace then (kind, name), so a namespace's
-    /// configs can be listed for `reload` regexes.
-    configs: BTreeMap<String, BTreeMap<(ConfigKind, String), ConfigMeta>>,
     /// Workloads waiting for evaluation.
     pending: Schedule,
     /// Consecutive failures per workload, for the retry backoff.
@@ -173,19 +162,55 @@ struct State {
     resources: HashMap<WorkloadKind, ApiResource>,
 }
 
-/// One namespace of the metadata cache, as the opt-in rules read it.
-struct NamespaceView<'a>(Option<&'a BTreeMap<(ConfigKind, String), ConfigMeta>>);
+/// What the opt-in rules read of one namespace's configs for one workload, taken from the shared
+/// metadata watches (the controller keeps no copy of them): the annotations of the configs the
+/// workload names or consumes, and, when its `reload` lists hold a regex, every config's name.
+struct NamespaceView {
+    annotations: HashMap<(ConfigKind, String), BTreeMap<String, String>>,
+    names: Vec<(ConfigKind, String)>,
+}
 
-impl NamespaceConfigs for NamespaceView<'_> {
+impl NamespaceView {
+    fn of(configs: &ConfigWatches, namespace: &str, entry: &crate::index::IndexedWorkload) -> Self {
+        let names = if entry.opt_in.has_regex_patterns() {
+            configs.names(namespace)
+        } else {
+            Vec::new()
+        };
+        let mut wanted: BTreeSet<(ConfigKind, &str)> = entry
+            .consumers
+            .iter()
+            .map(|c| (c.kind, c.name.as_str()))
+            .collect();
+        for kind in [ConfigKind::ConfigMap, ConfigKind::Secret] {
+            wanted.extend(
+                entry
+                    .opt_in
+                    .named_patterns(kind)
+                    .iter()
+                    .filter_map(|p| p.as_literal())
+                    .map(|name| (kind, name)),
+            );
+        }
+        wanted.extend(names.iter().map(|(k, n)| (*k, n.as_str())));
+        let annotations = wanted
+            .into_iter()
+            .filter_map(|(kind, name)| {
+                let annotations = configs.annotations(kind, namespace, name)?;
+                Some(((kind, name.to_owned()), annotations))
+            })
+            .collect();
+        NamespaceView { annotations, names }
+    }
+}
+
+impl NamespaceConfigs for NamespaceView {
     fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
-        self.0?.get(&(kind, name.to_owned()))?.annotations.as_ref()
+        self.annotations.get(&(kind, name.to_owned()))
     }
 
     fn names(&self) -> Vec<(ConfigKind, &str)> {
-        self.0
-            .into_iter()
-            .flat_map(|m| m.keys().map(|(k, n)| (*k, n.as_str())))
-            .collect()
+        self.names.iter().map(|(k, n)| (*k, n.as_str())).collect()
     }
 }
 
@@ -313,7 +338,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     if let Ok(permit) = workers.acquire_many(expected).await {
         permit.forget();
         info!(workloads = ctx.state().index.len(), "reload: caches warm");
-        tasks.spawn(worker(ctx.clone()));
+        tasks.spawn(worker(ctx.clone(), configs.clone()));
     }
     while let Some(result) = tasks.join_next().await {
         if let Err(join) = result {

@@ -133,84 +133,39 @@ pub(super) fn forget_workload(ctx: &Context, object: &ObjectRef) {
 
 /// Follows one of ConfigMaps/Secrets (the shared metadata watch) and schedules the workloads
 /// that read them. The initial state is the baseline: workloads are evaluated on their own first
-/// sight. Later changes (re-lists included) schedule evaluations.
+/// sight. Later changes (re-lists included) schedule evaluations. The previous version of each
+/// object comes with its change (the controller keeps no copy of the configs).
 pub(super) async fn watch_configs<K: ConfigResource>(
     ctx: Arc<Context>,
     mut sub: conflux_runtime::Subscription<PartialObjectMeta<K>>,
     listed: Arc<tokio::sync::Semaphore>,
 ) {
     let kind = K::KIND;
-    while let Some(change) = sub.recv().await {
+    while let Some((change, previous)) = sub.recv_with_previous().await {
         match change {
-            Change::Initial(meta) => {
-                let (ns, name) = object_id(&meta.metadata);
-                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), false);
-            }
+            Change::Initial(_) => {}
             Change::InitDone => listed.add_permits(1),
             Change::Applied(meta) => {
-                let (ns, name) = object_id(&meta.metadata);
-                on_config(&ctx, kind, ns, name, Some(meta.metadata.clone()), true);
+                let unchanged = previous
+                    .is_some_and(|p| p.metadata.resource_version == meta.metadata.resource_version);
+                if !unchanged {
+                    on_config(&ctx, kind, &meta.metadata);
+                }
             }
-            Change::Deleted(meta) => {
-                let (ns, name) = object_id(&meta.metadata);
-                on_config(&ctx, kind, ns, name, None, true);
-            }
+            Change::Deleted(meta) => on_config(&ctx, kind, &meta.metadata),
             _ => {}
         }
     }
 }
 
-/// A config was created or updated (`meta` given) or deleted (`None`): update the metadata
-/// cache and, when `notify` and something changed, schedule its workloads after the window.
-pub(super) fn on_config(
-    ctx: &Context,
-    kind: ConfigKind,
-    namespace: String,
-    name: String,
-    meta: Option<kube::api::ObjectMeta>,
-    notify: bool,
-) {
+/// A config was created, updated or deleted (`meta`: its latest metadata, the last known on
+/// delete): schedule its workloads after the window.
+pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::ObjectMeta) {
+    let (namespace, name) = object_id(meta);
     let mut state = ctx.state();
-    let key = (kind, name.clone());
-    let previous = match meta {
-        Some(meta) => {
-            let entry = ConfigMeta {
-                resource_version: meta.resource_version.unwrap_or_default(),
-                annotations: meta.annotations,
-            };
-            let configs = state.configs.entry(namespace.clone()).or_default();
-            let previous = configs.insert(key.clone(), entry.clone());
-            if previous
-                .as_ref()
-                .is_some_and(|p| p.resource_version == entry.resource_version)
-            {
-                return;
-            }
-            Some(entry)
-        }
-        None => {
-            let configs = state.configs.get_mut(&namespace);
-            let previous = configs.and_then(|c| c.remove(&key));
-            if state
-                .configs
-                .get(&namespace)
-                .is_some_and(BTreeMap::is_empty)
-            {
-                state.configs.remove(&namespace);
-            }
-            if previous.is_none() {
-                return;
-            }
-            previous
-        }
-    };
-    if !notify {
-        return;
-    }
-    let annotations = previous.and_then(|p| p.annotations);
     let hits: Vec<ObjectRef> = state
         .index
-        .lookup(kind, &namespace, &name, annotations.as_ref())
+        .lookup(kind, &namespace, &name, meta.annotations.as_ref())
         .into_iter()
         .map(|hit| hit.workload.clone())
         .collect();

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Evaluates due workloads, forever.
-pub(super) async fn worker(ctx: Arc<Context>) {
+pub(super) async fn worker(ctx: Arc<Context>, configs: ConfigWatches) {
     loop {
         let now = Instant::now();
         let (due, next) = {
@@ -21,7 +21,7 @@ pub(super) async fn worker(ctx: Arc<Context>) {
             }
             continue;
         }
-        evaluate(&ctx, due).await;
+        evaluate(&ctx, &configs, due).await;
     }
 }
 
@@ -50,20 +50,20 @@ impl Fetched {
 }
 
 /// Hashes and decides a batch of due workloads; configs read by several are fetched once.
-pub(super) async fn evaluate(ctx: &Arc<Context>, due: Vec<(ObjectRef, Pending)>) {
+pub(super) async fn evaluate(
+    ctx: &Arc<Context>,
+    configs: &ConfigWatches,
+    due: Vec<(ObjectRef, Pending)>,
+) {
     let plans: Vec<Plan> = {
         let state = ctx.state();
         due.into_iter()
             .filter_map(|(object, pending)| {
                 let entry = state.index.get(&object)?;
                 let workload = state.workloads.get(&object)?.clone();
-                let configs = NamespaceView(state.configs.get(object.namespace.as_ref()));
-                let watched = watched_configs(
-                    &entry.consumers,
-                    &entry.opt_in,
-                    ctx.config.options,
-                    &configs,
-                );
+                let view = NamespaceView::of(configs, object.namespace.as_ref(), entry);
+                let watched =
+                    watched_configs(&entry.consumers, &entry.opt_in, ctx.config.options, &view);
                 Some(Plan {
                     object,
                     workload,

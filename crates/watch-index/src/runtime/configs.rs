@@ -12,7 +12,10 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use crate::refs::ConfigKind;
-use conflux_runtime::{Health, Informer, Runtime};
+use conflux_runtime::{Health, Informer, MetaStore, Runtime};
+
+/// The shared informer of one config kind: metadata only, kept in a compact [`MetaStore`].
+pub type ConfigInformer<K> = Informer<PartialObjectMeta<K>, MetaStore<K>>;
 
 /// ConfigMap or Secret, as a type.
 pub trait ConfigResource:
@@ -28,13 +31,13 @@ pub trait ConfigResource:
     const KIND: ConfigKind;
 
     /// This kind's informer among the shared watches.
-    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>>;
+    fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self>;
 }
 
 impl ConfigResource for ConfigMap {
     const KIND: ConfigKind = ConfigKind::ConfigMap;
 
-    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>> {
+    fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self> {
         &watches.config_maps
     }
 }
@@ -42,7 +45,7 @@ impl ConfigResource for ConfigMap {
 impl ConfigResource for Secret {
     const KIND: ConfigKind = ConfigKind::Secret;
 
-    fn informer(watches: &ConfigWatches) -> &Informer<PartialObjectMeta<Self>> {
+    fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self> {
         &watches.secrets
     }
 }
@@ -50,8 +53,8 @@ impl ConfigResource for Secret {
 /// The shared metadata watches of ConfigMaps and Secrets. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct ConfigWatches {
-    config_maps: Informer<PartialObjectMeta<ConfigMap>>,
-    secrets: Informer<PartialObjectMeta<Secret>>,
+    config_maps: ConfigInformer<ConfigMap>,
+    secrets: ConfigInformer<Secret>,
     namespace: Option<String>,
 }
 
@@ -70,8 +73,8 @@ impl ConfigWatches {
     /// The shared watches made of two informers started elsewhere (on a runtime, or fed by
     /// streams in tests), watching `namespace` or all namespaces.
     pub fn from_informers(
-        config_maps: Informer<PartialObjectMeta<ConfigMap>>,
-        secrets: Informer<PartialObjectMeta<Secret>>,
+        config_maps: ConfigInformer<ConfigMap>,
+        secrets: ConfigInformer<Secret>,
         namespace: Option<&str>,
     ) -> Self {
         ConfigWatches {
@@ -82,7 +85,7 @@ impl ConfigWatches {
     }
 
     /// The informer of kind `K`.
-    pub fn informer<K: ConfigResource>(&self) -> &Informer<PartialObjectMeta<K>> {
+    pub fn informer<K: ConfigResource>(&self) -> &ConfigInformer<K> {
         K::informer(self)
     }
 
@@ -102,25 +105,56 @@ impl ConfigWatches {
         self.secrets.wait_synced().await;
     }
 
-    /// The last known metadata of one object, from the shared store.
+    /// What the shared store keeps of one object (see [`conflux_runtime::StoredMeta`]).
+    pub fn stored(
+        &self,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::sync::Arc<conflux_runtime::StoredMeta>> {
+        match kind {
+            ConfigKind::ConfigMap => self.config_maps.store().get(namespace, name),
+            ConfigKind::Secret => self.secrets.store().get(namespace, name),
+        }
+    }
+
+    /// The last known metadata of one object, from the shared store (what it keeps: see
+    /// [`conflux_runtime::StoredMeta`]).
     pub fn meta(
         &self,
         kind: ConfigKind,
         namespace: &str,
         name: &str,
     ) -> Option<kube::api::ObjectMeta> {
-        match kind {
-            ConfigKind::ConfigMap => self
-                .config_maps
-                .store()
-                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
-                .map(|o| o.metadata.clone()),
-            ConfigKind::Secret => self
-                .secrets
-                .store()
-                .get(&kube::runtime::reflector::ObjectRef::new(name).within(namespace))
-                .map(|o| o.metadata.clone()),
-        }
+        Some(self.stored(kind, namespace, name)?.to_meta())
+    }
+
+    /// The annotations of one object (`None` when it is unknown or has none), from the shared
+    /// store.
+    pub fn annotations(
+        &self,
+        kind: ConfigKind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        self.stored(kind, namespace, name)?.annotations()
+    }
+
+    /// The kind and name of every ConfigMap and Secret of `namespace`, sorted.
+    pub fn names(&self, namespace: &str) -> Vec<(ConfigKind, String)> {
+        let config_maps = self.config_maps.store().state_in(namespace);
+        let secrets = self.secrets.store().state_in(namespace);
+        let mut out: Vec<(ConfigKind, String)> = config_maps
+            .iter()
+            .map(|o| (ConfigKind::ConfigMap, o.name().to_owned()))
+            .chain(
+                secrets
+                    .iter()
+                    .map(|o| (ConfigKind::Secret, o.name().to_owned())),
+            )
+            .collect();
+        out.sort();
+        out
     }
 }
 
@@ -128,12 +162,12 @@ fn start_kind<K: ConfigResource>(
     runtime: &Runtime,
     namespace: Option<&str>,
     health: &Health,
-) -> Informer<PartialObjectMeta<K>> {
+) -> ConfigInformer<K> {
     // `Api<PartialObjectMeta<_>>` asks the API server for metadata only.
     let api = metadata_api::<K>(&runtime.client(), namespace);
     // Each item of a metadata list names its own apiVersion and kind (two strings per object);
     // nobody reads them, and they are two allocations for every object of the cluster.
-    runtime.informer_trimmed(
+    runtime.informer_compact(
         api,
         watcher::Config::default(),
         K::KIND.as_str(),

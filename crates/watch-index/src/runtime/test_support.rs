@@ -31,6 +31,31 @@ where
     (tx, informer)
 }
 
+/// A compact config informer (as the shared watches run it) on a stream the test feeds.
+pub(crate) fn config_informer<X: 'static>(
+    resource: &str,
+) -> (
+    Feed<PartialObjectMeta<X>>,
+    super::configs::ConfigInformer<X>,
+)
+where
+    PartialObjectMeta<X>: Watched,
+    <PartialObjectMeta<X> as kube::Resource>::DynamicType:
+        Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let (tx, rx) = mpsc::unbounded();
+    let health = conflux_runtime::Health::new("test");
+    let (informer, driver) = Informer::new_compact(
+        rx,
+        resource,
+        Arc::new(WatchMetrics::default()),
+        &health,
+        Duration::from_secs(600),
+    );
+    tokio::spawn(driver);
+    (tx, informer)
+}
+
 pub(crate) fn send<K>(feed: &Feed<K>, events: impl IntoIterator<Item = Event<K>>) {
     for event in events {
         feed.unbounded_send(Ok(event)).expect("the informer runs");

@@ -49,7 +49,6 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, PartialObjectMeta};
-use kube::runtime::reflector::Store;
 use kube::{Client, Resource, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -504,7 +503,7 @@ type DataHash = [u8; 32];
 struct KindState<'a, K: ConfigResource> {
     trigger: &'a ConfigTrigger,
     kind: ConfigKind,
-    store: Store<PartialObjectMeta<K>>,
+    store: conflux_runtime::MetaStore<K>,
     hashes: HashMap<(String, String), DataHash>,
     baseline_done: bool,
     tx: mpsc::UnboundedSender<Fired>,
@@ -652,7 +651,7 @@ impl<K: ConfigResource> KindState<'_, K> {
             .store
             .state()
             .iter()
-            .map(|meta| object_id(&meta.metadata))
+            .map(|meta| (meta.namespace().to_owned(), meta.name().to_owned()))
             .filter(|id| trigger.index.is_referenced(kind, id))
             .collect();
         let hashes: Vec<_> = futures::stream::iter(wanted)

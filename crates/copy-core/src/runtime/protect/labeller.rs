@@ -99,8 +99,8 @@ pub(super) type Key = (SourceKind, String, String);
 /// other namespaces that consent (a refused copy protects nothing), or in their own namespace.
 pub(super) fn desired(
     syncs: &Store<ConfigSync>,
-    cms: &Store<PartialObjectMeta<ConfigMap>>,
-    secrets: &Store<PartialObjectMeta<Secret>>,
+    cms: &MetaStore<ConfigMap>,
+    secrets: &MetaStore<Secret>,
 ) -> HashMap<Key, Vec<Dependent>> {
     let mut out: HashMap<Key, Vec<Dependent>> = HashMap::new();
     for cs in syncs.state() {
@@ -122,28 +122,20 @@ pub(super) fn desired(
 
 pub(super) fn copy_from_sources<K: ConfigResource>(
     kind: SourceKind,
-    store: &Store<PartialObjectMeta<K>>,
+    store: &MetaStore<K>,
     out: &mut HashMap<Key, Vec<Dependent>>,
 ) {
-    for target in store.state() {
-        let Ok(Some(source)) =
-            copy_source("v1", kind.as_str(), target.metadata.annotations.as_ref())
+    // Only objects with annotations can be copy targets.
+    for target in store.state().iter().filter(|t| t.has_annotations()) {
+        let Ok(Some(source)) = copy_source("v1", kind.as_str(), target.annotations().as_ref())
         else {
             continue;
         };
-        let target_ns = target.metadata.namespace.clone().unwrap_or_default();
-        let source_meta = store
-            .get(&kube::runtime::reflector::ObjectRef::new(&source.name).within(&source.namespace));
-        let Some(source_meta) = source_meta else {
+        let target_ns = target.namespace().to_owned();
+        let Some(source_meta) = store.get(&source.namespace, &source.name) else {
             continue;
         };
-        if consent::check(
-            &source,
-            source_meta.metadata.annotations.as_ref(),
-            &target_ns,
-        )
-        .is_err()
-        {
+        if consent::check(&source, source_meta.annotations().as_ref(), &target_ns).is_err() {
             continue;
         }
         out.entry((kind, source.namespace.clone(), source.name.clone()))
@@ -151,7 +143,7 @@ pub(super) fn copy_from_sources<K: ConfigResource>(
             .push(Dependent::CopyFrom {
                 kind: kind.as_str().to_owned(),
                 namespace: target_ns,
-                name: target.name_any(),
+                name: target.name().to_owned(),
             });
     }
 }
@@ -160,21 +152,16 @@ pub(super) fn copy_from_sources<K: ConfigResource>(
 pub(super) async fn converge<K: ConfigResource>(
     ctx: &Context,
     kind: SourceKind,
-    store: &Store<PartialObjectMeta<K>>,
+    store: &MetaStore<K>,
     desired: &HashMap<Key, Vec<Dependent>>,
 ) -> usize {
     let mut protected = 0usize;
     for meta in store.state() {
-        let namespace = meta.metadata.namespace.clone().unwrap_or_default();
-        let name = meta.name_any();
+        let namespace = meta.namespace().to_owned();
+        let name = meta.name().to_owned();
         let key = (kind, namespace.clone(), name.clone());
-        let labels = meta.metadata.labels.as_ref();
-        let annotations = meta.metadata.annotations.as_ref();
-        let labelled = labels
-            .and_then(|l| l.get(PROTECTED_LABEL))
-            .map(String::as_str)
-            == Some("true");
-        let current = annotations.and_then(|a| a.get(DEPENDENTS_ANNOTATION));
+        let labelled = meta.label(PROTECTED_LABEL) == Some("true");
+        let current = meta.annotation(DEPENDENTS_ANNOTATION);
         let wanted = match desired.get(&key) {
             Some(dependents) if ctx.excluded_namespaces.contains(&namespace) => {
                 let first = lock(&ctx.warned).insert(key.clone());

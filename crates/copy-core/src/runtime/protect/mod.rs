@@ -32,12 +32,13 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use conflux_runtime::MetaStore;
 use conflux_runtime::server::Server;
 use conflux_runtime::{Health, Runtime};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Response, StatusCode};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{Api, DynamicObject, PartialObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};

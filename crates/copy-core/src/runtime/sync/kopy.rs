@@ -12,32 +12,38 @@ pub(super) async fn run_kopy<K: ConfigResource>(
 ) {
     let kind = SourceKind::from(K::KIND);
     let informer = configs.informer::<K>();
-    let store = informer.store();
     let trusted = ctx.config.sync_source_namespaces.clone();
     let source_ctx = ctx.clone();
     // Sources: kopy-annotated ones in this shard, and those known to own copies (so removing the
     // annotation releases them). Deletions come through too; the controller answers them with
     // `ObjectNotFound`, handled below.
-    let sources = informer
+    // The controller's store holds only these (the shared one keeps every object, compactly).
+    // An owner named by a copy that is not kept here (its annotation removed before the copy
+    // named it) comes back as `ObjectNotFound`, handled below.
+    let wanted = Arc::new(move |meta: &PartialObjectMeta<K>| {
+        let m = &meta.metadata;
+        let in_scope = source_ctx.config.object_selector.matches(&m.labels)
+            && source_ctx
+                .config
+                .namespace
+                .as_ref()
+                .is_none_or(|ns| Some(ns) == m.namespace.as_ref());
+        in_scope
+            && (kopy_annotation(m.annotations.as_ref())
+                || read(&source_ctx.kopy_owners).contains(&SourceRef::new(
+                    kind,
+                    m.namespace.clone().unwrap_or_default(),
+                    m.name.clone().unwrap_or_default(),
+                )))
+    });
+    let keep = wanted.clone();
+    let (store, sources) = informer
         .subscribe(&format!("kopy sources {kind}"))
-        .touched()
-        .filter(move |meta| {
-            let m = &meta.metadata;
-            let in_scope = source_ctx.config.object_selector.matches(&m.labels)
-                && source_ctx
-                    .config
-                    .namespace
-                    .as_ref()
-                    .is_none_or(|ns| Some(ns) == m.namespace.as_ref());
-            let keep = in_scope
-                && (kopy_annotation(m.annotations.as_ref())
-                    || read(&source_ctx.kopy_owners).contains(&SourceRef::new(
-                        kind,
-                        m.namespace.clone().unwrap_or_default(),
-                        m.name.clone().unwrap_or_default(),
-                    )));
-            async move { keep }
-        });
+        .touched_keeping(move |meta: &PartialObjectMeta<K>| keep(meta));
+    let sources = sources.filter(move |meta| {
+        let keep = wanted(meta);
+        async move { keep }
+    });
     let owners_ctx = ctx.clone();
     let copies = informer
         .subscribe(&format!("kopy copies {kind}"))
@@ -98,10 +104,15 @@ pub(super) async fn run_kopy<K: ConfigResource>(
 /// an Event says so.
 pub(super) async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
     let result: Result<usize, Error> = async {
-        if get_object(&ctx.client, source.kind, &source.namespace, &source.name)
-            .await?
-            .is_some()
+        if let Some(object) =
+            get_object(&ctx.client, source.kind, &source.namespace, &source.name).await?
         {
+            // It exists, without the kopy annotation (the controller keeps only annotated
+            // sources): release the copies it owned, if it owned any.
+            if !kopy_annotation(object.metadata().annotations.as_ref()) {
+                let reference = object_reference(source.kind, object.metadata());
+                release_kopy(ctx, &source, &reference).await?;
+            }
             return Ok(0);
         }
         let fan_out = FanOut::kopy(&source, Selector::nothing());

@@ -6,13 +6,12 @@ use std::time::Duration;
 
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::PartialObjectMeta;
 use kube::client::Body;
 use kube::runtime::watcher::Event;
 
 use super::*;
 use crate::runtime::test_support::{
-    config_map, informer, kustomization, kustomizations, relist, send,
+    config_informer, config_map, informer, kustomization, kustomizations, relist, send,
 };
 
 /// What the fake API server was asked: method, path, body.
@@ -55,8 +54,8 @@ fn with_observed(mut object: DynamicObject, digest: &str) -> DynamicObject {
 
 #[tokio::test]
 async fn catch_up_requests_only_the_referrers_whose_configs_changed_while_not_watching() {
-    let (cms, cm_informer) = informer::<PartialObjectMeta<ConfigMap>>((), "ConfigMap");
-    let (secrets, secret_informer) = informer::<PartialObjectMeta<Secret>>((), "Secret");
+    let (cms, cm_informer) = config_informer::<ConfigMap>("ConfigMap");
+    let (secrets, secret_informer) = config_informer::<Secret>("Secret");
     let (flux, ks) = informer::<DynamicObject>(kustomizations(), "Kustomization");
     let configs = ConfigWatches::from_informers(cm_informer, secret_informer, None);
     relist(&cms, vec![config_map("vars", "5")]);

@@ -4,12 +4,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 
 use super::*;
 use crate::runtime::test_support::{
-    config_map, informer, kustomization, kustomizations, relist, send,
+    config_informer, config_map, informer, kustomization, kustomizations, relist, send,
 };
 use crate::trigger::{Mode, Trigger};
 
@@ -26,8 +26,8 @@ async fn next(
 
 #[tokio::test]
 async fn the_first_list_is_a_baseline_and_changes_during_a_gap_fire_after_the_relist() {
-    let (cms, cm_informer) = informer::<PartialObjectMeta<ConfigMap>>((), "ConfigMap");
-    let (secrets, secret_informer) = informer::<PartialObjectMeta<Secret>>((), "Secret");
+    let (cms, cm_informer) = config_informer::<ConfigMap>("ConfigMap");
+    let (secrets, secret_informer) = config_informer::<Secret>("Secret");
     let (flux, ks_informer) = informer::<DynamicObject>(kustomizations(), "Kustomization");
     let configs = ConfigWatches::from_informers(cm_informer, secret_informer, None);
     let index = ReferrerIndex::new(ReferenceSet::flux());
