@@ -495,23 +495,7 @@ pub async fn storms(
         .await;
         world::reset_workloads(client, "flip", &flip_fresh).await;
         world::reset_workloads(client, "restart", &restart_fresh).await;
-        // Re-created by "Flux" too.
-        let rolled = world::workloads(client, "reapply")
-            .await
-            .iter()
-            .any(world::touched);
-        if rolled {
-            let api: Api<k8s_openapi::api::apps::v1::Deployment> =
-                Api::namespaced(client.clone(), "peers-reapply");
-            let _ = api
-                .delete_collection(&DeleteParams::foreground(), &ListParams::default())
-                .await;
-            crate::world::quiet(client).await;
-            while !world::workloads(client, "reapply").await.is_empty() {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            world::apply_all_as(client, "kustomize-controller", reapply_fresh.clone()).await;
-        }
+        world::reset_workloads(client, "reapply", &reapply_fresh).await;
         world::quiet(client).await;
 
         // First start, then the flipping Secret.

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use conflux_benches::audit::{AuditLog, Requests};
@@ -11,7 +11,7 @@ use conflux_tests::objects;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::Slot;
@@ -445,15 +445,26 @@ pub fn revision_rollouts(d: &Deployment) -> u64 {
         .saturating_sub(1)
 }
 
-/// True when anything but the bench and the deployment controller wrote to the Deployment: a
-/// rollout, or an annotation a contender keeps (a baseline).
-pub fn touched(d: &Deployment) -> bool {
+/// Annotations a contender left on the Deployment: on its metadata (a baseline, a hash) or its
+/// pod template (what a rollout writes). The bench's own workloads carry only the opt-ins there.
+fn contender_annotations(d: &Deployment) -> (Vec<String>, bool) {
     let opt_in = opt_in();
-    revision_rollouts(d) > 0
-        || d.metadata.annotations.as_ref().is_some_and(|a| {
-            a.keys()
-                .any(|k| k != "deployment.kubernetes.io/revision" && opt_in.get(k).is_none())
-        })
+    let meta: Vec<String> = d
+        .metadata
+        .annotations
+        .iter()
+        .flat_map(|a| a.keys())
+        .filter(|k| *k != "deployment.kubernetes.io/revision" && opt_in.get(k.as_str()).is_none())
+        .cloned()
+        .collect();
+    let template = d
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.as_ref())
+        .is_some_and(|a| !a.is_empty());
+    (meta, template)
 }
 
 /// Rollouts made to the Deployments of `scenario` (see [`revision_rollouts`]).
@@ -465,50 +476,41 @@ pub async fn rollouts(client: &Client, scenario: &str) -> u64 {
         .sum()
 }
 
-/// Deletes and re-creates the Deployments of `scenario` that a contender touched, so the next
-/// contender starts from the same state; returns how many.
-pub async fn reset_workloads(client: &Client, scenario: &str, fresh: &[Value]) -> usize {
-    let rolled: Vec<(String, String)> = workloads(client, scenario)
+/// Removes what contenders wrote on the Deployments of `scenario` (their metadata annotations,
+/// every pod template annotation), so the next contender starts from the same state; returns how
+/// many were changed. Removing a template annotation is one more rollout, made by the bench
+/// between contenders: rollouts are counted as differences within one contender's phase.
+pub async fn reset_workloads(client: &Client, scenario: &str, _fresh: &[Value]) -> usize {
+    let touched: Vec<(String, String, Value)> = workloads(client, scenario)
         .await
         .iter()
-        .filter(|d| touched(d))
-        .map(|d| {
-            (
+        .filter_map(|d| {
+            let (meta, template) = contender_annotations(d);
+            if meta.is_empty() && !template {
+                return None;
+            }
+            let nulls: serde_json::Map<String, Value> =
+                meta.into_iter().map(|k| (k, Value::Null)).collect();
+            let mut patch = json!({"metadata": {"annotations": nulls}});
+            if template {
+                patch["spec"] = json!({"template": {"metadata": {"annotations": null}}});
+            }
+            Some((
                 d.metadata.namespace.clone().unwrap_or_default(),
                 d.metadata.name.clone().unwrap_or_default(),
-            )
+                patch,
+            ))
         })
         .collect();
-    let n = rolled.len();
-    let dp = DeleteParams::foreground();
-    futures::stream::iter(rolled.iter())
-        .for_each_concurrent(32, |(ns, name)| {
-            let dp = dp.clone();
-            async move {
-                let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-                let _ = api.delete(name, &dp).await;
-            }
+    let n = touched.len();
+    futures::stream::iter(touched)
+        .for_each_concurrent(32, |(ns, name, patch)| async move {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+            let _ = api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await;
         })
         .await;
-    // Wait until they are gone (foreground: their ReplicaSets first).
-    let deadline = Instant::now() + Duration::from_secs(300);
-    for (ns, name) in &rolled {
-        let api: Api<Deployment> = Api::namespaced(client.clone(), ns);
-        while api.get_opt(name).await.ok().flatten().is_some() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    let again: Vec<Value> = fresh
-        .iter()
-        .filter(|o| {
-            rolled.iter().any(|(ns, name)| {
-                o["metadata"]["namespace"].as_str() == Some(ns)
-                    && o["metadata"]["name"].as_str() == Some(name)
-            })
-        })
-        .cloned()
-        .collect();
-    apply_all(client, again).await;
     n
 }
 

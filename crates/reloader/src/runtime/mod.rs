@@ -109,8 +109,18 @@ impl Owned {
 
     /// The typed object of a dynamic one. The type fields are dropped first: list items have
     /// none, and a `batch/v1beta1` CronJob (Kubernetes < 1.21) has the same shape as `batch/v1`.
+    /// So are what no decision reads and what makes a kept workload large: `managedFields`
+    /// (a server-side apply response carries them: 2,000 workloads kept from our own patches
+    /// were most of the controller's memory), kubectl's last-applied copy, and the status.
     fn from_dynamic(kind: WorkloadKind, mut obj: DynamicObject) -> serde_json::Result<Self> {
         obj.types = None;
+        obj.metadata.managed_fields = None;
+        if let Some(annotations) = obj.metadata.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED_ANNOTATION);
+        }
+        if let Some(fields) = obj.data.as_object_mut() {
+            fields.remove("status");
+        }
         let value = serde_json::to_value(obj)?;
         Ok(match kind {
             WorkloadKind::Deployment => Owned::Deployment(serde_json::from_value(value)?),
@@ -143,6 +153,9 @@ impl Owned {
         matches!((rv(self), rv(other)), (Some(a), Some(b)) if a < b)
     }
 }
+
+/// kubectl's copy of the whole applied object, which no decision reads.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// (kind, namespace, name) of a ConfigMap/Secret.
 type ConfigId = (ConfigKind, String, String);
