@@ -342,6 +342,10 @@ pub async fn rollout(
                 continue;
             }
         };
+        // Steady state: what the contender wrote at start (conflux's baselines on every opted-in
+        // workload, which the deployment controller then copies onto each one's ReplicaSet) is
+        // worked off before the changes, so the latency is the change's alone.
+        world::quiet(client).await;
         let before = world::rollouts(client, "rollout").await;
         let (seen, watch) = watch_new_replicasets(client, &ns);
         tokio::time::sleep(Duration::from_secs(2)).await;

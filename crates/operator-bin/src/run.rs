@@ -139,10 +139,16 @@ pub struct RunArgs {
     pub sync_source_namespaces: Vec<String>,
 
     /// Coalescing window of the reload controller: a ConfigMap/Secret change waits this long for
-    /// others before its workloads are evaluated, so changes made together roll once (`0`, `300ms`,
-    /// `2s`, ...).
+    /// others before its workloads are evaluated, and each further change restarts the wait, so
+    /// changes made together, or a config flapping back and forth, roll once (`0`, `300ms`, `2s`,
+    /// ...).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub reload_debounce: Duration,
+
+    /// The longest a stream of ConfigMap/Secret changes may postpone a workload's evaluation,
+    /// from the first change: each change restarts the --reload-debounce window, up to this.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub reload_debounce_max: Duration,
 
     /// Rollouts per second the reload controller may start, cluster-wide.
     #[arg(long, default_value_t = 5.0)]
@@ -463,6 +469,7 @@ impl RunArgs {
                 namespace: namespace.clone(),
                 object_selector: object_selector.clone(),
                 debounce: self.reload_debounce,
+                debounce_max: self.reload_debounce_max,
                 rate: self.reload_rate,
                 burst: self.reload_burst,
                 concurrent: self.concurrent,

@@ -4,6 +4,8 @@ use super::*;
 
 /// Default of `--reload-debounce`.
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
+/// Default of `--reload-debounce-max`.
+pub const DEFAULT_DEBOUNCE_MAX: Duration = Duration::from_secs(300);
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -13,8 +15,11 @@ pub struct ReloadConfig {
     /// `--watch-label-selector`: which workloads are handled (sharding).
     pub object_selector: Selector,
     /// `--reload-debounce`: how long a config event waits for others before its workloads are
-    /// evaluated.
+    /// evaluated; each further event restarts the wait.
     pub debounce: Duration,
+    /// `--reload-debounce-max`: the longest a stream of events may postpone an evaluation,
+    /// counted from the first event (at least `debounce`).
+    pub debounce_max: Duration,
     /// `--reload-rate`: rollouts per second, cluster-wide.
     pub rate: f64,
     /// `--reload-burst`: rollouts allowed at once before the rate applies.
@@ -31,6 +36,7 @@ impl Default for ReloadConfig {
             namespace: None,
             object_selector: Selector::everything(),
             debounce: DEFAULT_DEBOUNCE,
+            debounce_max: DEFAULT_DEBOUNCE_MAX,
             rate: 5.0,
             burst: 10,
             concurrent: 4,

@@ -12,8 +12,9 @@
 //!   Data is read (GET) only when a workload is evaluated, only for the configs it watches, and
 //!   dropped once hashed; it is never cached or logged.
 //! - A config event schedules the workloads [`ConsumerIndex::lookup`] returns for evaluation after
-//!   the coalescing window (`--reload-debounce`); further events within the window join the same
-//!   evaluation, so several configs changed together roll once. A workload event (added, or
+//!   the coalescing window (`--reload-debounce`); each further event restarts the window (up to
+//!   `--reload-debounce-max` after the first) and joins the same evaluation, so several configs
+//!   changed together, or one flapping back and forth, roll once. A workload event (added, or
 //!   changed in what the decision reads) is evaluated right away; a content change found that
 //!   way (a config changed while the controller was down, or an evaluation racing a config
 //!   write) waits one window as well before it rolls.

@@ -18,6 +18,9 @@ pub(crate) struct Pending {
     /// coalescing window before `due`. A workload event (added, updated) alone is evaluated at
     /// once, and a content change found then waits one window, like a config event.
     pub(crate) window_passed: bool,
+    /// The latest `due` may move to: the first config event's time plus
+    /// `--reload-debounce-max`, so a stream of events postpones the evaluation only that long.
+    pub(crate) deadline: Instant,
 }
 
 /// Workloads waiting for evaluation.
@@ -27,20 +30,26 @@ pub(crate) struct Schedule {
 }
 
 impl Schedule {
-    /// Schedules `object` for evaluation at `due`. The first config event decides the time, so a
-    /// stream of events cannot postpone a rollout forever; a config event joining an entry that
-    /// only a workload event made (due now) still gets its coalescing window.
+    /// Schedules `object` for evaluation at `due`. A config event (`cause`) waits out its window:
+    /// each further config event moves `due` later (a trailing window, so a burst or a flapping
+    /// config is evaluated once, when it settles), but never past the `deadline` the first one
+    /// set, so a stream of events cannot postpone a rollout forever. A workload event alone
+    /// (`cause` `None`, due now) never pulls a config event's window in.
     pub(crate) fn schedule(
         &mut self,
         object: ObjectRef,
         due: Instant,
+        deadline: Instant,
         cause: Option<(ConfigKind, String)>,
     ) {
         match self.pending.entry(object) {
             std::collections::hash_map::Entry::Occupied(mut entry) => {
                 let pending = entry.get_mut();
-                if cause.is_some() && !pending.window_passed {
-                    pending.due = pending.due.max(due);
+                if cause.is_some() {
+                    if !pending.window_passed {
+                        pending.deadline = deadline;
+                    }
+                    pending.due = pending.due.max(due).min(pending.deadline.max(pending.due));
                     pending.window_passed = true;
                 }
                 pending.causes.extend(cause);
@@ -50,6 +59,7 @@ impl Schedule {
                     due,
                     window_passed: cause.is_some(),
                     causes: cause.into_iter().collect(),
+                    deadline: deadline.max(due),
                 });
             }
         }
@@ -68,6 +78,7 @@ impl Schedule {
             due,
             causes: BTreeSet::new(),
             window_passed: true,
+            deadline: due,
         });
         entry.window_passed = true;
         entry.causes.extend(causes.iter().cloned());
@@ -160,65 +171,80 @@ mod tests {
         assert!(bucket.try_take(start + Duration::from_millis(500)).is_err());
     }
 
-    #[test]
-    fn first_schedule_decides_the_time() {
-        let mut schedule = Schedule::default();
-        let object = ObjectRef::new("apps", "Deployment", "ns", "web");
-        let t0 = Instant::now();
+    /// `schedule` with a config cause, as `on_config` calls it: due after `window`, deadline
+    /// `max` after the event.
+    fn config_event(
+        schedule: &mut Schedule,
+        object: &ObjectRef,
+        at: Instant,
+        window: Duration,
+        max: Duration,
+        name: &str,
+    ) {
         schedule.schedule(
             object.clone(),
-            t0,
-            Some((ConfigKind::ConfigMap, "a".into())),
+            at + window,
+            at + max,
+            Some((ConfigKind::ConfigMap, name.into())),
         );
-        schedule.schedule(
-            object.clone(),
-            t0 + Duration::from_secs(5),
-            Some((ConfigKind::Secret, "b".into())),
-        );
-        let pending = schedule.get(&object).unwrap();
-        assert_eq!(pending.due, t0);
-        assert_eq!(pending.causes.len(), 2);
-        // A workload event (no cause, due now) does not pull a config event's window in...
-        schedule.schedule(object.clone(), t0 - Duration::from_secs(1), None);
-        assert_eq!(schedule.get(&object).unwrap().due, t0);
-        // ...and a config event joining a workload event's entry gets its window.
-        let other = ObjectRef::new("apps", "Deployment", "ns", "api");
-        schedule.schedule(other.clone(), t0, None);
-        schedule.schedule(
-            other.clone(),
-            t0 + Duration::from_secs(2),
-            Some((ConfigKind::ConfigMap, "a".into())),
-        );
-        assert_eq!(
-            schedule.get(&other).unwrap().due,
-            t0 + Duration::from_secs(2)
-        );
-        let (due, next) = schedule.take_due(t0);
-        assert_eq!(due.len(), 1, "only `web` is due at t0");
-        assert_eq!(next, Some(t0 + Duration::from_secs(2)));
     }
 
     #[test]
-    fn a_burst_of_config_changes_in_the_window_is_evaluated_once_with_every_cause() {
+    fn later_config_events_move_the_window_and_workload_events_never_pull_it_in() {
+        let mut schedule = Schedule::default();
+        let object = ObjectRef::new("apps", "Deployment", "ns", "web");
+        let (window, max) = (Duration::from_secs(2), Duration::from_secs(300));
+        let t0 = Instant::now();
+        config_event(&mut schedule, &object, t0, window, max, "a");
+        config_event(
+            &mut schedule,
+            &object,
+            t0 + Duration::from_secs(1),
+            window,
+            max,
+            "b",
+        );
+        let pending = schedule.get(&object).unwrap();
+        assert_eq!(pending.due, t0 + Duration::from_secs(3), "trailing window");
+        assert_eq!(pending.causes.len(), 2);
+        // A workload event (no cause, due now) does not pull a config event's window in...
+        let earlier = t0 - Duration::from_secs(1);
+        schedule.schedule(object.clone(), earlier, earlier, None);
+        assert_eq!(
+            schedule.get(&object).unwrap().due,
+            t0 + Duration::from_secs(3)
+        );
+        // ...and a config event joining a workload event's entry gets its window.
+        let other = ObjectRef::new("apps", "Deployment", "ns", "api");
+        schedule.schedule(other.clone(), t0, t0, None);
+        config_event(&mut schedule, &other, t0, window, max, "a");
+        assert_eq!(schedule.get(&other).unwrap().due, t0 + window);
+        let (due, next) = schedule.take_due(t0 + window);
+        assert_eq!(due.len(), 1, "only `api` is due at t0 + window");
+        assert_eq!(next, Some(t0 + Duration::from_secs(3)));
+    }
+
+    #[test]
+    fn a_burst_of_config_changes_is_evaluated_once_when_it_settles_with_every_cause() {
         let mut schedule = Schedule::default();
         let web = ObjectRef::new("apps", "Deployment", "ns", "web");
-        let window = Duration::from_secs(2);
+        let (window, max) = (Duration::from_secs(2), Duration::from_secs(300));
         let t0 = Instant::now();
-        // Ten changes of two configs within the window, each asking for now + window.
+        // Ten changes of two configs, 150 ms apart (a Secret flipping back and forth).
         for i in 0..10u64 {
             let at = t0 + Duration::from_millis(150 * i);
             let config = if i % 2 == 0 { "a" } else { "b" };
-            schedule.schedule(
-                web.clone(),
-                at + window,
-                Some((ConfigKind::ConfigMap, config.into())),
-            );
+            config_event(&mut schedule, &web, at, window, max, config);
         }
         assert_eq!(schedule.len(), 1, "coalesced into one entry");
-        let (due, next) = schedule.take_due(t0 + window - Duration::from_millis(1));
-        assert!(due.is_empty(), "nothing before the window has passed");
-        assert_eq!(next, Some(t0 + window), "the first change decides the time");
-        let (due, next) = schedule.take_due(t0 + window);
+        let settled = t0 + Duration::from_millis(150 * 9) + window;
+        let (due, next) = schedule.take_due(settled - Duration::from_millis(1));
+        assert!(
+            due.is_empty(),
+            "nothing before the last change's window has passed"
+        );
+        assert_eq!(next, Some(settled), "the last change decides the time");
+        let (due, next) = schedule.take_due(settled);
         assert_eq!(due.len(), 1, "evaluated once");
         let (object, pending) = &due[0];
         assert_eq!(object, &web);
@@ -229,38 +255,28 @@ mod tests {
     }
 
     #[test]
-    fn a_stream_of_changes_cannot_postpone_an_evaluation_and_a_retry_keeps_its_causes() {
+    fn a_stream_of_changes_postpones_an_evaluation_only_to_the_deadline_and_a_retry_keeps_its_causes()
+     {
         let mut schedule = Schedule::default();
         let web = ObjectRef::new("apps", "Deployment", "ns", "web");
         let t0 = Instant::now();
-        let window = Duration::from_secs(2);
-        schedule.schedule(
-            web.clone(),
-            t0 + window,
-            Some((ConfigKind::Secret, "s".into())),
-        );
+        let (window, max) = (Duration::from_secs(2), Duration::from_secs(30));
         // Changes keep coming every second, for a minute.
-        for i in 1..60u64 {
+        for i in 0..60u64 {
             let at = t0 + Duration::from_secs(i);
-            schedule.schedule(
-                web.clone(),
-                at + window,
-                Some((ConfigKind::Secret, "s".into())),
-            );
+            config_event(&mut schedule, &web, at, window, max, "s");
         }
-        let (due, _) = schedule.take_due(t0 + window);
-        assert_eq!(
-            due.len(),
-            1,
-            "due at the first change's window, not postponed"
-        );
+        let (due, _) = schedule.take_due(t0 + max - Duration::from_millis(1));
+        assert!(due.is_empty(), "postponed while the changes go on");
+        let (due, _) = schedule.take_due(t0 + max);
+        assert_eq!(due.len(), 1, "due at the deadline, not postponed further");
         // A throttled (or failed) evaluation comes back later with its causes.
         let (object, pending) = due.into_iter().next().expect("one");
-        schedule.reschedule(object.clone(), t0 + window * 3, &pending.causes);
-        let (due, next) = schedule.take_due(t0 + window * 2);
+        schedule.reschedule(object.clone(), t0 + max + window, &pending.causes);
+        let (due, next) = schedule.take_due(t0 + max + Duration::from_millis(1));
         assert!(due.is_empty());
-        assert_eq!(next, Some(t0 + window * 3));
-        let (due, _) = schedule.take_due(t0 + window * 3);
+        assert_eq!(next, Some(t0 + max + window));
+        let (due, _) = schedule.take_due(t0 + max + window);
         assert_eq!(due[0].1.causes, pending.causes);
     }
 }

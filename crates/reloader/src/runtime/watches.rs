@@ -79,7 +79,8 @@ pub(super) async fn on_workload(
                 })
                 .unwrap_or_default();
             state.workloads.insert(object.clone(), owned.clone());
-            state.pending.schedule(object.clone(), Instant::now(), None);
+            let now = Instant::now();
+            state.pending.schedule(object.clone(), now, now, None);
             problems
         } else {
             state.workloads.remove(&object);
@@ -173,11 +174,13 @@ pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::Objec
         return;
     }
     debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
-    let due = Instant::now() + ctx.config.debounce;
+    let now = Instant::now();
+    let due = now + ctx.config.debounce;
+    let deadline = now + ctx.config.debounce_max.max(ctx.config.debounce);
     for object in hits {
         state
             .pending
-            .schedule(object, due, Some((kind, name.clone())));
+            .schedule(object, due, deadline, Some((kind, name.clone())));
     }
     ctx.update_gauges(&state);
     drop(state);
