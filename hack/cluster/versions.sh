@@ -30,3 +30,9 @@ FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/k
 # kustomize (sigs.k8s.io/kustomize/kustomize/v5), the oracle of `conflux plan`'s built-in build.
 # v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
 KUSTOMIZE_VERSION=v5.8.2
+
+# Upstream CRDs the reload controller's end-to-end tests install (hack/cluster/crds.sh): Argo
+# Rollouts' Rollout, and the secrets-store CSI driver's SecretProviderClass and
+# SecretProviderClassPodStatus. Only the CRD files are used; nothing of either is built or run.
+ARGO_ROLLOUTS_VERSION=v1.9.0
+SECRETS_STORE_CSI_VERSION=v1.5.5

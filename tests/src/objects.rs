@@ -22,6 +22,11 @@ pub fn plural(kind: &str) -> &'static str {
         "ReplicaSet" => "replicasets",
         "ServiceAccount" => "serviceaccounts",
         "CronJob" => "cronjobs",
+        "Job" => "jobs",
+        "Rollout" => "rollouts",
+        "SecretProviderClass" => "secretproviderclasses",
+        "SecretProviderClassPodStatus" => "secretproviderclasspodstatuses",
+        "Role" => "roles",
         "RoleBinding" => "rolebindings",
         "CustomResourceDefinition" => "customresourcedefinitions",
         "Kustomization" => "kustomizations",
@@ -106,6 +111,31 @@ pub fn flux_crds() -> Vec<CustomResourceDefinition> {
                 .unwrap_or_else(|e| panic!("{} is a CRD: {e}", path.display()))
         })
         .collect()
+}
+
+/// A CRD shipped by an upstream Go module, fetched by `hack/cluster/crds.sh` (versions pinned in
+/// `hack/cluster/versions.sh`): `argo-rollouts/rollout-crd.yaml` (Argo Rollouts' Rollout), or
+/// `secrets-store/secretproviderclasses.yaml` and
+/// `secrets-store/secretproviderclasspodstatuses.yaml` (the secrets-store CSI driver's).
+///
+/// # Panics
+/// When the download fails or the file is not among those fetched.
+pub fn upstream_crd(file: &str) -> CustomResourceDefinition {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let script = repo_root().join("hack/cluster/crds.sh");
+        let out = std::process::Command::new("bash")
+            .arg(&script)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        assert!(out.status.success(), "`{}` failed", script.display());
+        std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    });
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{} is a CRD: {e}", path.display()))
 }
 
 /// The cached directory of the Flux build (`bin/`, `crds/`, `rbac/`), built on first use.
