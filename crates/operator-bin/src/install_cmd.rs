@@ -143,6 +143,9 @@ pub fn manifests(args: &InstallArgs) -> anyhow::Result<String> {
             controller_rules(*c, args.protect_mode),
         ));
     }
+    if controllers.contains(&ControllerName::Reload) {
+        roles.extend(reload_flag_roles(&args.extra_args));
+    }
     for (name, rules) in &roles {
         docs.push(to_doc(&ClusterRole {
             metadata: meta(None, name),
@@ -264,6 +267,13 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
         ControllerName::Reload => vec![
             rule("apps", &["deployments", "statefulsets", "daemonsets"], &lwp),
             rule("batch", &["cronjobs"], &lwp),
+            // Jobs are re-created to roll (read fresh, deleted, created again; baselines are
+            // server-side applied).
+            rule(
+                "batch",
+                &["jobs"],
+                &["get", "list", "watch", "patch", "create", "delete"],
+            ),
         ],
         // Flux objects are watched and merge-patched (`requestedAt`, observed-configs digest).
         ControllerName::FluxTrigger => vec![
@@ -323,6 +333,40 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
             rules
         }
     }
+}
+
+/// The reload controller's rules that exist only when its flag is passed with `--arg`:
+/// `--is-argo-rollouts` (Rollouts watched, server-side applied, and merge-patched for
+/// `restartAt`) and `--enable-csi-integration` (the secrets-store CSI driver's kinds, watched).
+fn reload_flag_roles(extra_args: &[String]) -> Vec<(String, Vec<PolicyRule>)> {
+    let on = |flag: &str| {
+        extra_args.iter().any(|a| {
+            let a = a.as_str();
+            a == flag || a == format!("{flag}=true") || a == format!("{flag}=True")
+        })
+    };
+    let mut roles = Vec::new();
+    if on("--is-argo-rollouts") || on("--is-Argo-Rollouts") {
+        roles.push((
+            format!("{NAME}-reload-argo-rollouts"),
+            vec![rule(
+                "argoproj.io",
+                &["rollouts"],
+                &["list", "watch", "patch"],
+            )],
+        ));
+    }
+    if on("--enable-csi-integration") {
+        roles.push((
+            format!("{NAME}-reload-csi"),
+            vec![rule(
+                "secrets-store.csi.x-k8s.io",
+                &["secretproviderclasspodstatuses", "secretproviderclasses"],
+                &["list", "watch"],
+            )],
+        ));
+    }
+    roles
 }
 
 /// [`rule`] restricted to objects of these names.

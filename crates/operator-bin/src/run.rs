@@ -187,8 +187,35 @@ pub struct RunArgs {
     pub resources_to_ignore: Vec<String>,
 
     /// Workload kinds the reload controller leaves alone: `cronjobs`, `jobs` (Reloader's flag).
+    /// Jobs are rolled by re-creating them, as Reloader does; Jobs a CronJob owns never are.
     #[arg(long, value_delimiter = ',', default_value = "")]
     pub ignored_workload_types: Vec<String>,
+
+    /// Roll Argo Rollouts' Rollouts too (Reloader's `--is-Argo-Rollouts`, also accepted). Needs
+    /// the Rollout CRD, and RBAC for argoproj.io rollouts (`conflux install
+    /// --arg=--is-argo-rollouts` grants it).
+    #[arg(
+        long,
+        alias = "is-Argo-Rollouts",
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub is_argo_rollouts: bool,
+
+    /// Roll workloads whose pods mount a SecretProviderClass (secrets-store CSI driver) when the
+    /// mounted object versions change, as the driver records them in SecretProviderClassPodStatus
+    /// (Reloader's flag). Needs RBAC for both kinds (`conflux install
+    /// --arg=--enable-csi-integration` grants it).
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
+    pub enable_csi_integration: bool,
 
     /// Reload only in namespaces with these labels (a label selector; Reloader's `key:value` and
     /// `key=*` forms are read too).
@@ -534,6 +561,7 @@ impl RunArgs {
                         ReloadStrategyArg::Annotations => ReloadStrategy::Annotations,
                         ReloadStrategyArg::EnvVars => ReloadStrategy::EnvVars,
                     },
+                    csi_integration: self.enable_csi_integration,
                 },
                 namespaces: NamespaceFilter::new(
                     reloader_selector(&non_empty(&self.namespace_selector))
@@ -543,6 +571,7 @@ impl RunArgs {
                 config_selector: reloader_selector(&non_empty(&self.resource_label_selector))
                     .map_err(|e| anyhow::anyhow!("--resource-label-selector: {e}"))?,
                 ignored_kinds: ignored_workload_types(&self.ignored_workload_types)?,
+                argo_rollouts: self.is_argo_rollouts,
             },
             flux_trigger: FluxTriggerConfig {
                 config_selector,
@@ -773,6 +802,36 @@ mod tests {
             planned.is_ok(),
             "{:#}",
             planned.err().map(|e| e.to_string()).unwrap_or_default()
+        );
+    }
+
+    #[test]
+    fn argo_rollouts_and_csi_flags_take_reloaders_forms() {
+        let reload = |args: &[&str]| plan(args).expect("valid").reload;
+        let off = reload(&[]);
+        assert!(
+            !off.argo_rollouts && !off.options.csi_integration,
+            "off by default"
+        );
+        for args in [
+            &["--is-argo-rollouts"][..],
+            &["--is-argo-rollouts=true"],
+            &["--is-Argo-Rollouts=true"],
+            &["--is-Argo-Rollouts", "true"],
+        ] {
+            assert!(reload(args).argo_rollouts, "{args:?}");
+        }
+        assert!(!reload(&["--is-Argo-Rollouts=false"]).argo_rollouts);
+        for args in [
+            &["--enable-csi-integration"][..],
+            &["--enable-csi-integration=true"],
+        ] {
+            assert!(reload(args).options.csi_integration, "{args:?}");
+        }
+        assert!(
+            reload(&["--ignored-workload-types=jobs"])
+                .ignored_kinds
+                .contains(&reloader::WorkloadKind::Job)
         );
     }
 }

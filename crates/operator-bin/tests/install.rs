@@ -282,6 +282,55 @@ fn only_the_controllers_turned_on_get_rules() {
 }
 
 #[test]
+fn argo_rollouts_and_csi_rbac_only_with_their_flags() {
+    let default = grants(&export(&[]));
+    // Jobs are the reload controller's own (re-created to roll).
+    for verb in ["get", "list", "watch", "patch", "create", "delete"] {
+        assert!(granted(&default, "batch", "jobs", verb), "jobs {verb}");
+    }
+    let argo = ("argoproj.io", "rollouts");
+    let csi = [
+        (
+            "secrets-store.csi.x-k8s.io",
+            "secretproviderclasspodstatuses",
+        ),
+        ("secrets-store.csi.x-k8s.io", "secretproviderclasses"),
+    ];
+    for (group, resource) in csi.iter().chain([&argo]) {
+        assert!(
+            !default.iter().any(|(g, r, _)| g == group && r == resource),
+            "the default grants {group}/{resource}"
+        );
+    }
+    let on = grants(&export(&[
+        "--arg=--is-argo-rollouts",
+        "--arg=--enable-csi-integration=true",
+    ]));
+    for verb in ["list", "watch", "patch"] {
+        assert!(granted(&on, argo.0, argo.1, verb), "rollouts {verb}");
+    }
+    assert!(!granted(&on, argo.0, argo.1, "update"));
+    for (group, resource) in csi {
+        for verb in ["list", "watch"] {
+            assert!(granted(&on, group, resource, verb), "{resource} {verb}");
+        }
+        assert!(
+            !granted(&on, group, resource, "patch"),
+            "{resource} is only read"
+        );
+    }
+    // Reloader's spelling grants it too; without the reload controller, nothing.
+    assert!(granted(
+        &grants(&export(&["--arg=--is-Argo-Rollouts=true"])),
+        argo.0,
+        argo.1,
+        "patch"
+    ));
+    let copy_only = grants(&export(&["--controllers=copy", "--arg=--is-argo-rollouts"]));
+    assert!(!copy_only.iter().any(|(g, _, _)| g == argo.0));
+}
+
+#[test]
 fn extra_args_are_appended_to_conflux_run() {
     let docs = export(&["--arg=--reload-debounce=5s", "--arg", "--log-level=debug"]);
     let deployment = docs

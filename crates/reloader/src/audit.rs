@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::Value;
 use watch_index::audit::{Finding, Severity, config_name, configs, metadata_map, name_of};
 use watch_index::refs::{ConfigKey, ConfigKind, ObjectRef};
@@ -38,7 +38,7 @@ use crate::opt_in::{
     AUTO, CONFIGMAP_AUTO, CONFIGMAP_RELOAD, MATCH, NamespaceConfigs, OptIn, Options, Reason,
     SEARCH, SECRET_AUTO, SECRET_RELOAD, WAVE_UPDATE_ON_CONFIG_CHANGE, watched_configs,
 };
-use crate::workload::{Workload, WorkloadKind};
+use crate::workload::{Rollout, Workload, WorkloadKind};
 
 /// One config → workload edge: a change of `config` rolls `workload`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,7 +133,7 @@ impl NamespaceConfigs for InputConfigs {
     }
 }
 
-/// Audits the workloads (Deployment, StatefulSet, DaemonSet, CronJob) among `objects` against the
+/// Audits the workloads (Deployment, StatefulSet, DaemonSet, CronJob, Job, Rollout) among `objects` against the
 /// ConfigMaps and Secrets among them (later objects with the same key win, see
 /// [`watch_index::audit::configs`]), with the controller's `options`.
 pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
@@ -163,6 +163,10 @@ pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
         let Some(workload_ref) = workload.object_ref() else {
             continue;
         };
+        if workload.is_controlled_job() {
+            // A CronJob's (or another controller's) Job: never re-created.
+            continue;
+        }
         let opt_in = OptIn::of(workload);
         for problem in opt_in.problems() {
             report.findings.push(Finding::new(
@@ -222,12 +226,14 @@ pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
     report
 }
 
-/// A workload of one of the four kinds, owned.
+/// A workload of one of the kinds, owned.
 enum Parsed {
     Deployment(Box<Deployment>),
     StatefulSet(Box<StatefulSet>),
     DaemonSet(Box<DaemonSet>),
     CronJob(Box<CronJob>),
+    Job(Box<Job>),
+    Rollout(Box<Rollout>),
 }
 
 impl Parsed {
@@ -237,11 +243,13 @@ impl Parsed {
             Parsed::StatefulSet(w) => w.as_ref().into(),
             Parsed::DaemonSet(w) => w.as_ref().into(),
             Parsed::CronJob(w) => w.as_ref().into(),
+            Parsed::Job(w) => w.as_ref().into(),
+            Parsed::Rollout(w) => w.as_ref().into(),
         }
     }
 }
 
-/// `None` for other kinds; an error for one of the four kinds that does not deserialise.
+/// `None` for other kinds; an error for a workload of a known kind that does not deserialise.
 fn parse_workload(object: &Value) -> Option<Result<Parsed, serde_json::Error>> {
     let text = |p: &str| object.get(p).and_then(Value::as_str).unwrap_or_default();
     let group = text("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
@@ -259,6 +267,10 @@ fn parse_workload(object: &Value) -> Option<Result<Parsed, serde_json::Error>> {
         }
         WorkloadKind::CronJob => {
             serde_json::from_value(value).map(|w| Parsed::CronJob(Box::new(w)))
+        }
+        WorkloadKind::Job => serde_json::from_value(value).map(|w| Parsed::Job(Box::new(w))),
+        WorkloadKind::Rollout => {
+            serde_json::from_value(value).map(|w| Parsed::Rollout(Box::new(w)))
         }
     })
 }

@@ -11,6 +11,10 @@
 //! running pods and never restarted by a rollout. `imagePullSecrets` are skipped too: they are read
 //! at image pull, and a running pod does not depend on their content.
 //!
+//! With the secrets-store CSI integration, a `volumes[].csi` volume whose
+//! `volumeAttributes.secretProviderClass` names a SecretProviderClass consumes that class
+//! ([`pod_spec_provider_classes`]), as Reloader reads it (the driver name is not checked).
+//!
 //! References to the same object are merged: the keys read are the union (the whole object wins),
 //! and the object is [`optional`](Consumption::optional) only when every reference says so, because
 //! one required reference is enough for the kubelet to refuse to start the pod without it.
@@ -19,6 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Container, KeyToPath, PodSpec, PodTemplateSpec};
 use watch_index::refs::ConfigKind;
+
+use crate::source::{SECRET_PROVIDER_CLASS_ATTRIBUTE, SourceKind};
 
 /// The keys of a ConfigMap/Secret a pod reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,15 +121,59 @@ pub fn pod_spec_consumers(spec: &PodSpec) -> Vec<Consumption> {
         .collect()
 }
 
+/// The SecretProviderClasses a pod template mounts, sorted (see [`pod_spec_provider_classes`]).
+pub fn pod_template_provider_classes(template: &PodTemplateSpec) -> Vec<String> {
+    template
+        .spec
+        .as_ref()
+        .map(pod_spec_provider_classes)
+        .unwrap_or_default()
+}
+
+/// The SecretProviderClasses a pod spec mounts through the secrets-store CSI driver: the
+/// `volumeAttributes.secretProviderClass` of each `volumes[].csi`, sorted, without duplicates.
+pub fn pod_spec_provider_classes(spec: &PodSpec) -> Vec<String> {
+    let names: BTreeSet<String> = spec
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|v| provider_class_of(v))
+        .map(str::to_owned)
+        .collect();
+    names.into_iter().collect()
+}
+
+/// The SecretProviderClass a volume mounts, if it is a CSI volume naming one.
+fn provider_class_of(volume: &k8s_openapi::api::core::v1::Volume) -> Option<&str> {
+    volume
+        .csi
+        .as_ref()?
+        .volume_attributes
+        .as_ref()?
+        .get(SECRET_PROVIDER_CLASS_ATTRIBUTE)
+        .map(String::as_str)
+        .filter(|name| !name.is_empty())
+}
+
 /// The container Reloader names for a config (the `containerRefs` of its `last-reloaded-from`, and
 /// where its env-vars strategy puts the variable): the first regular container mounting the first
 /// volume that holds the config, else the first regular container reading it through `env` or
 /// `envFrom`; when only init containers read it, or none does (a config a `reload` list names), the
 /// first regular container. `None` only for a pod spec without containers.
-pub fn container_ref<'a>(spec: &'a PodSpec, kind: ConfigKind, name: &str) -> Option<&'a str> {
+///
+/// For a SecretProviderClass, the first regular container mounting its CSI volume, else the first
+/// regular container.
+pub fn container_ref<'a>(
+    spec: &'a PodSpec,
+    kind: impl Into<SourceKind>,
+    name: &str,
+) -> Option<&'a str> {
+    let kind: SourceKind = kind.into();
     let first = spec.containers.first().map(|c| c.name.as_str());
     let holds = |volume: &k8s_openapi::api::core::v1::Volume| match kind {
-        ConfigKind::ConfigMap => {
+        SourceKind::SecretProviderClass => provider_class_of(volume) == Some(name),
+        SourceKind::ConfigMap => {
             volume.config_map.as_ref().is_some_and(|v| v.name == name)
                 || volume
                     .projected
@@ -133,7 +183,7 @@ pub fn container_ref<'a>(spec: &'a PodSpec, kind: ConfigKind, name: &str) -> Opt
                     .iter()
                     .any(|s| s.config_map.as_ref().is_some_and(|c| c.name == name))
         }
-        ConfigKind::Secret => {
+        SourceKind::Secret => {
             volume
                 .secret
                 .as_ref()
@@ -169,6 +219,10 @@ pub fn container_ref<'a>(spec: &'a PodSpec, kind: ConfigKind, name: &str) -> Opt
             return first;
         }
     }
+    let Some(kind) = kind.config_kind() else {
+        // A SecretProviderClass is only ever mounted.
+        return first;
+    };
     let reads = |c: &&Container| {
         let mut found = Collector::default();
         found.container(c);
@@ -416,5 +470,39 @@ mod tests {
             container_ref(&PodSpec::default(), ConfigKind::Secret, "x"),
             None
         );
+    }
+
+    #[test]
+    fn csi_volumes_consume_their_secret_provider_class() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "containers": [{"name": "a"},
+                           {"name": "b", "volumeMounts": [{"name": "vault", "mountPath": "/s"}]}],
+            "volumes": [
+                {"name": "vault", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": true,
+                    "volumeAttributes": {"secretProviderClass": "vault-db"}}},
+                {"name": "again", "csi": {"driver": "secrets-store.csi.k8s.io",
+                    "volumeAttributes": {"secretProviderClass": "vault-db"}}},
+                {"name": "other", "csi": {"driver": "secrets-store.csi.k8s.io",
+                    "volumeAttributes": {"secretProviderClass": "azure-kv"}}},
+                {"name": "no-class", "csi": {"driver": "some.csi.example"}},
+                {"name": "empty", "csi": {"driver": "x", "volumeAttributes": {"secretProviderClass": ""}}},
+                {"name": "cm", "configMap": {"name": "vault-db"}},
+            ],
+        }))
+        .unwrap();
+        assert_eq!(pod_spec_provider_classes(&spec), ["azure-kv", "vault-db"]);
+        let spc = SourceKind::SecretProviderClass;
+        assert_eq!(container_ref(&spec, spc, "vault-db"), Some("b"));
+        assert_eq!(
+            container_ref(&spec, spc, "azure-kv"),
+            Some("a"),
+            "unmounted"
+        );
+        assert_eq!(container_ref(&spec, spc, "named-only"), Some("a"));
+        assert!(
+            pod_spec_consumers(&spec).len() == 1,
+            "CSI volumes are not configs"
+        );
+        assert!(pod_template_provider_classes(&PodTemplateSpec::default()).is_empty());
     }
 }

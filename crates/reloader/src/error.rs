@@ -56,6 +56,34 @@ pub enum Error {
         /// Why it is refused.
         reason: String,
     },
+    /// A Job cannot be re-created to roll it ([`crate::job::replacement`]).
+    #[error("Job {name} cannot be re-created: {reason}")]
+    JobNotRecreatable {
+        /// The Job.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A workload has no pod template to read or roll: an Argo Rollout with `spec.workloadRef`
+    /// (roll the referenced Deployment instead) or without `spec.template`.
+    #[error("{kind} {name} has no pod template{hint}")]
+    NoPodTemplate {
+        /// The kind.
+        kind: crate::WorkloadKind,
+        /// Its name.
+        name: String,
+        /// What to do about it (may be empty).
+        hint: &'static str,
+    },
+    /// A `SecretProviderClassPodStatus` whose status conflux cannot read (CSI integration); its
+    /// pod's mount is not counted.
+    #[error("SecretProviderClassPodStatus {name} is unreadable: {reason}")]
+    InvalidProviderStatus {
+        /// The object.
+        name: String,
+        /// What is wrong (no secret data: the status holds ids and versions only).
+        reason: String,
+    },
     /// Reading a config or writing a workload failed (runtime feature); the message names the
     /// object, never its data.
     #[cfg(feature = "runtime")]
@@ -79,6 +107,9 @@ impl Error {
             Error::InvalidDuration { .. } => "InvalidDuration",
             Error::InvalidFlag { .. } => "InvalidFlag",
             Error::InvalidAnnotation { .. } => "InvalidAnnotation",
+            Error::JobNotRecreatable { .. } => "JobNotRecreatable",
+            Error::NoPodTemplate { .. } => "NoPodTemplate",
+            Error::InvalidProviderStatus { .. } => "InvalidProviderStatus",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
             #[cfg(feature = "runtime")]
@@ -94,6 +125,9 @@ impl Error {
             Error::InvalidDuration { .. } => "invalid_duration",
             Error::InvalidFlag { .. } => "invalid_flag",
             Error::InvalidAnnotation { .. } => "invalid_annotation",
+            Error::JobNotRecreatable { .. } => "job_not_recreatable",
+            Error::NoPodTemplate { .. } => "no_pod_template",
+            Error::InvalidProviderStatus { .. } => "invalid_provider_status",
             #[cfg(feature = "runtime")]
             Error::Kube(_) => "api_error",
             #[cfg(feature = "runtime")]

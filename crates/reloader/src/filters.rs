@@ -98,8 +98,7 @@ pub fn ignored_workload_types(values: &[String]) -> Result<BTreeSet<WorkloadKind
     for value in values.iter().map(|v| v.trim()).filter(|v| !v.is_empty()) {
         match value {
             "cronjobs" => out.insert(WorkloadKind::CronJob),
-            // Jobs are not among the kinds this controller rolls (yet): nothing to leave out.
-            "jobs" => false,
+            "jobs" => out.insert(WorkloadKind::Job),
             other => {
                 return Err(Error::InvalidFlag {
                     flag: "--ignored-workload-types",
@@ -203,7 +202,11 @@ mod tests {
         assert!(resources_to_ignore(&s(&["pods"])).is_err());
         assert_eq!(
             ignored_workload_types(&s(&["jobs", "cronjobs"])).unwrap(),
-            BTreeSet::from([WorkloadKind::CronJob])
+            BTreeSet::from([WorkloadKind::CronJob, WorkloadKind::Job])
+        );
+        assert_eq!(
+            ignored_workload_types(&s(&["jobs"])).unwrap(),
+            BTreeSet::from([WorkloadKind::Job])
         );
         assert!(ignored_workload_types(&s(&["deployments"])).is_err());
     }

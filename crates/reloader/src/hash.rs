@@ -27,6 +27,13 @@
 //!   whole object: u8(0)      some keys: u8(1) u64(n) then lp(key) per key, sorted
 //! ```
 //!
+//! SecretProviderClasses (secrets-store CSI integration) follow the ConfigMaps and Secrets, with
+//! kind byte 2: `u8(2) lp(name)`, then `u8(0)` while no pod's mount is recorded, or `u8(1) u64(n)`
+//! and per mounted object, sorted by id, `lp(id) lp(version)` (see
+//! [`ProviderObject`](crate::source::ProviderObject)). In the watched-set encoding a
+//! SecretProviderClass is `u8(2) lp(name) u8(1) u8(0)` (optional, whole). Workloads that watch
+//! none hash exactly as before.
+//!
 //! So the hash changes exactly when something the pod reads changes: a key it reads, the key set
 //! of an object it reads whole, a config appearing or disappearing. A change to a key it does not
 //! read changes nothing. Secret values are the decoded bytes (`data`); `stringData` is write-only in
@@ -52,6 +59,7 @@ use watch_index::refs::ConfigKind;
 
 use crate::consumers::{Consumption, Keys};
 use crate::opt_in::Watch;
+use crate::source::{ProviderObject, SourceKind};
 
 /// The domain tag at the start of the content encoding.
 const DOMAIN: &[u8] = b"conflux.dev/config-hash/v1";
@@ -171,15 +179,16 @@ pub struct ContentHash {
 /// What one candidate config of a workload looks like now, in digests (no data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigDigest {
-    /// ConfigMap or Secret.
-    pub kind: ConfigKind,
+    /// ConfigMap, Secret or SecretProviderClass.
+    pub kind: SourceKind,
     /// Its name.
     pub name: String,
     /// Whether the workload watches it now.
     pub watched: bool,
     /// The config digest of the [module docs](self); `None` while the config is absent.
     pub content: Option<[u8; 8]>,
-    /// The key digest of each key read that is present, sorted by key.
+    /// The key digest of each key read that is present, sorted by key (for a
+    /// SecretProviderClass: each mounted object, by id, its version as the value).
     pub keys: Vec<(String, [u8; 8])>,
 }
 
@@ -228,13 +237,30 @@ pub fn content_hash<'a>(
     watch: &Watch,
     lookup: impl Fn(ConfigKind, &str) -> Option<ConfigData<'a>>,
 ) -> ContentHash {
+    content_hash_with_providers(watch, lookup, |_| None)
+}
+
+/// [`content_hash`], with what the pods mounted from each SecretProviderClass of
+/// [`Watch::providers`] given by `providers` (`None`: no mount is recorded).
+pub fn content_hash_with_providers<'a, 'p>(
+    watch: &Watch,
+    lookup: impl Fn(ConfigKind, &str) -> Option<ConfigData<'a>>,
+    providers: impl Fn(&str) -> Option<&'p [ProviderObject]>,
+) -> ContentHash {
     let mut sorted: Vec<(&Consumption, bool)> = watch
         .candidates
         .iter()
         .map(|c| (&c.consumption, c.watched()))
         .collect();
     sorted.sort_by(|a, b| (a.0.kind, &a.0.name).cmp(&(b.0.kind, &b.0.name)));
-    let watched_count = sorted.iter().filter(|(_, w)| *w).count() as u64;
+    let mut sorted_providers: Vec<(&str, bool)> = watch
+        .providers
+        .iter()
+        .map(|p| (p.name.as_str(), p.reason.is_some()))
+        .collect();
+    sorted_providers.sort_unstable();
+    let watched_count = (sorted.iter().filter(|(_, w)| *w).count()
+        + sorted_providers.iter().filter(|(_, w)| *w).count()) as u64;
     let mut h = Sha256::new();
     let mut set = Sha256::new();
     let mut missing_required = Vec::new();
@@ -317,10 +343,51 @@ pub fn content_hash<'a>(
         let mut content = [0u8; 8];
         content.copy_from_slice(&digest[..8]);
         configs.push(ConfigDigest {
-            kind: c.kind,
+            kind: c.kind.into(),
             name: c.name.clone(),
             watched,
             content: present.then_some(content),
+            keys,
+        });
+    }
+    for (name, watched) in sorted_providers {
+        if watched {
+            set.update([2u8]);
+            lp(&mut set, name.as_bytes());
+            set.update([1u8, 0u8]);
+        }
+        let mut one = Sha256::new();
+        lp(&mut one, CONFIG_DOMAIN);
+        let mut sink = Sink {
+            all: watched.then_some(&mut h),
+            one,
+        };
+        sink.update(&[2u8]);
+        sink.lp(name.as_bytes());
+        let mounted = providers(name);
+        let mut keys = Vec::new();
+        match mounted {
+            None => sink.update(&[0u8]),
+            Some(objects) => {
+                let mut objects: Vec<&ProviderObject> = objects.iter().collect();
+                objects.sort();
+                sink.update(&[1u8]);
+                sink.update(&(objects.len() as u64).to_be_bytes());
+                for o in objects {
+                    sink.lp(o.id.as_bytes());
+                    sink.lp(o.version.as_bytes());
+                    keys.push((o.id.clone(), key_digest(&o.id, 0, o.version.as_bytes())));
+                }
+            }
+        }
+        let digest = sink.one.finalize();
+        let mut content = [0u8; 8];
+        content.copy_from_slice(&digest[..8]);
+        configs.push(ConfigDigest {
+            kind: SourceKind::SecretProviderClass,
+            name: name.to_owned(),
+            watched,
+            content: mounted.is_some().then_some(content),
             keys,
         });
     }
@@ -374,6 +441,7 @@ mod tests {
     /// Every consumption watched, no spec.
     fn all_watched(watched: &[Consumption]) -> Watch {
         Watch {
+            providers: Vec::new(),
             candidates: watched
                 .iter()
                 .map(|c| crate::opt_in::Candidate {
@@ -471,6 +539,81 @@ mod tests {
             hash(&[whole(ConfigMap, "app", false)], &Store::new()).watched_hex,
             "c9cdcd4353245af8041c6c51c8b3ebe9c8bab257713035e9bc583666f5f9a93f"
         );
+    }
+
+    #[test]
+    fn secret_provider_classes_follow_configs_in_the_encoding() {
+        use crate::opt_in::ProviderCandidate;
+        // Computed independently from the documented encoding (Python, hashlib).
+        let s = base();
+        let mut watch = all_watched(&[whole(ConfigMap, "app", false)]);
+        watch.providers.push(ProviderCandidate {
+            name: "vault".into(),
+            reason: Some(crate::opt_in::Reason::Auto),
+        });
+        let objects = |v: &str| {
+            vec![
+                ProviderObject {
+                    id: "b-key".into(),
+                    version: "2".into(),
+                },
+                ProviderObject {
+                    id: "a-key".into(),
+                    version: v.into(),
+                },
+            ]
+        };
+        let mounted = objects("1");
+        let got = content_hash_with_providers(
+            &watch,
+            |kind, name| {
+                let (data, bin) = s.get(&(kind, name.to_owned()))?;
+                Some(ConfigData::ConfigMap {
+                    data: Some(data),
+                    binary_data: Some(bin),
+                })
+            },
+            |_| Some(&mounted[..]),
+        );
+        assert_eq!(
+            got.hex,
+            "6f9ffca5cdae6ed36b00475e1124d57eb7e0fe152ad82262d7eaa5072ad8cbac"
+        );
+        assert_eq!(
+            got.watched_hex,
+            "8493c4915027b0a74f8caa95e83c7f81cc8940244e8bf32c5335f08baecaf530"
+        );
+        let class = got.configs.last().unwrap();
+        assert_eq!(class.kind, SourceKind::SecretProviderClass);
+        let ids: Vec<&str> = class.keys.iter().map(|(id, _)| id.as_str()).collect();
+        assert_eq!(ids, ["a-key", "b-key"]);
+        // A version change moves it; not watched, only its own digest moves.
+        let lookup = |kind: ConfigKind, name: &str| {
+            let (data, bin) = s.get(&(kind, name.to_owned()))?;
+            Some(ConfigData::ConfigMap {
+                data: Some(data),
+                binary_data: Some(bin),
+            })
+        };
+        let newer = objects("2");
+        let changed = content_hash_with_providers(&watch, lookup, |_| Some(&newer[..]));
+        assert_ne!(changed.hex, got.hex);
+        watch.providers[0].reason = None;
+        let quiet_before = content_hash_with_providers(&watch, lookup, |_| Some(&mounted[..]));
+        let quiet_after = content_hash_with_providers(&watch, lookup, |_| Some(&newer[..]));
+        assert_eq!(quiet_before.hex, quiet_after.hex);
+        assert_eq!(
+            quiet_before.hex,
+            hash(&[whole(ConfigMap, "app", false)], &s).hex
+        );
+        assert_ne!(
+            quiet_before.configs.last().unwrap().content,
+            quiet_after.configs.last().unwrap().content
+        );
+        // No mount recorded: absent, never required.
+        let none = content_hash_with_providers(&watch, lookup, |_| None);
+        assert!(none.configs.last().unwrap().content.is_none());
+        assert!(none.missing_required.is_empty());
     }
 
     #[test]

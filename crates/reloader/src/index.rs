@@ -27,6 +27,9 @@ use crate::workload::Workload;
 pub struct IndexedWorkload {
     /// What its pod template consumes, sorted by (kind, name).
     pub consumers: Vec<Consumption>,
+    /// The SecretProviderClasses its pod template mounts, sorted (kept with the CSI
+    /// integration only).
+    pub providers: Vec<String>,
     /// Its opt-in.
     pub opt_in: OptIn,
 }
@@ -67,6 +70,11 @@ pub struct ConsumerIndex {
     workloads: HashMap<ObjectRef, IndexedWorkload>,
     /// Per namespace, the workloads whose `reload` lists hold a real regex.
     regex_named: BTreeMap<Arc<str>, BTreeSet<ObjectRef>>,
+    /// CSI integration: (namespace, SecretProviderClass) → the workloads that mount it or name it
+    /// literally in their `secretproviderclass` `reload` list.
+    providers: HashMap<(Arc<str>, String), BTreeSet<ObjectRef>>,
+    /// The keys of `providers` each workload is under, to take it out again.
+    provider_keys: HashMap<ObjectRef, Vec<String>>,
 }
 
 impl ConsumerIndex {
@@ -84,7 +92,17 @@ impl ConsumerIndex {
         let Some(object) = workload.object_ref() else {
             return false;
         };
-        self.apply_parts(object, workload.consumers(), OptIn::of(workload))
+        if workload.is_controlled_job() {
+            // Rolled through its CronJob (or left to its controller), never re-created.
+            self.delete(&object);
+            return false;
+        }
+        let providers = if self.options.csi_integration {
+            workload.provider_classes()
+        } else {
+            Vec::new()
+        };
+        self.apply_with_providers(object, workload.consumers(), providers, OptIn::of(workload))
     }
 
     /// [`apply`](Self::apply) from parts, for callers that already extracted them.
@@ -94,7 +112,20 @@ impl ConsumerIndex {
         consumers: Vec<Consumption>,
         opt_in: OptIn,
     ) -> bool {
+        self.apply_with_providers(object, consumers, Vec::new(), opt_in)
+    }
+
+    /// [`apply_parts`](Self::apply_parts) with the SecretProviderClasses the pod template mounts
+    /// (used with the CSI integration only).
+    pub fn apply_with_providers(
+        &mut self,
+        object: ObjectRef,
+        consumers: Vec<Consumption>,
+        providers: Vec<String>,
+        opt_in: OptIn,
+    ) -> bool {
         self.forget_regex(&object);
+        self.forget_providers(&object);
         if !opt_in.is_enabled(self.options) {
             self.delete(&object);
             return false;
@@ -137,9 +168,55 @@ impl ConsumerIndex {
         });
         let mut consumers = consumers;
         consumers.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
-        self.workloads
-            .insert(object, IndexedWorkload { consumers, opt_in });
+        let mut providers = if self.options.csi_integration {
+            providers
+        } else {
+            Vec::new()
+        };
+        providers.sort();
+        providers.dedup();
+        if self.options.csi_integration {
+            let mut keys: Vec<String> = providers.clone();
+            keys.extend(
+                opt_in
+                    .named_provider_patterns()
+                    .iter()
+                    .filter_map(NamePattern::as_literal)
+                    .map(str::to_owned),
+            );
+            keys.sort();
+            keys.dedup();
+            for name in &keys {
+                self.providers
+                    .entry((object.namespace.clone(), name.clone()))
+                    .or_default()
+                    .insert(object.clone());
+            }
+            if !keys.is_empty() {
+                self.provider_keys.insert(object.clone(), keys);
+            }
+        }
+        self.workloads.insert(
+            object,
+            IndexedWorkload {
+                consumers,
+                providers,
+                opt_in,
+            },
+        );
         true
+    }
+
+    fn forget_providers(&mut self, object: &ObjectRef) {
+        for name in self.provider_keys.remove(object).unwrap_or_default() {
+            let key = (object.namespace.clone(), name);
+            if let Some(set) = self.providers.get_mut(&key) {
+                set.remove(object);
+                if set.is_empty() {
+                    self.providers.remove(&key);
+                }
+            }
+        }
     }
 
     fn forget_regex(&mut self, object: &ObjectRef) {
@@ -154,6 +231,7 @@ impl ConsumerIndex {
     /// Removes a workload (its delete event). Returns whether it was indexed.
     pub fn delete(&mut self, object: &ObjectRef) -> bool {
         self.forget_regex(object);
+        self.forget_providers(object);
         self.references.delete(object);
         self.workloads.remove(object).is_some()
     }
@@ -208,6 +286,55 @@ impl ConsumerIndex {
         }
         hits.sort_by(|a, b| a.workload.cmp(b.workload));
         hits
+    }
+
+    /// The workloads to re-hash when what the pods of `namespace` mounted from the
+    /// SecretProviderClass `name` changes, or the class itself (its annotations) does: those that
+    /// mount it, or whose `secretproviderclass` `reload` list names it. `annotations` (the
+    /// class's, when known) only fill in [`Hit::reason`]. Empty without the CSI integration.
+    /// Sorted by workload.
+    pub fn lookup_provider(
+        &self,
+        namespace: &str,
+        name: &str,
+        annotations: Option<&BTreeMap<String, String>>,
+    ) -> Vec<Hit<'_>> {
+        if !self.options.csi_integration {
+            return Vec::new();
+        }
+        let mut found: BTreeSet<&ObjectRef> = self
+            .providers
+            .get(&(Arc::from(namespace), name.to_owned()))
+            .into_iter()
+            .flatten()
+            .collect();
+        if let Some(regex) = self.regex_named.get(namespace) {
+            found.extend(regex.iter().filter(|object| {
+                self.workloads.get(*object).is_some_and(|e| {
+                    e.opt_in
+                        .named_provider_patterns()
+                        .iter()
+                        .any(|p| p.matches(name))
+                })
+            }));
+        }
+        found
+            .into_iter()
+            .filter_map(|object| {
+                let (object, entry) = self.workloads.get_key_value(object)?;
+                let consumed = entry.providers.iter().any(|p| p == name);
+                Some(Hit {
+                    workload: object,
+                    reason: entry.opt_in.watches_provider(
+                        name,
+                        annotations,
+                        consumed,
+                        self.options,
+                    ),
+                    keys: None,
+                })
+            })
+            .collect()
     }
 
     /// What the index keeps about a workload.
@@ -554,5 +681,103 @@ mod tests {
                 }
             }
         }
+    }
+    #[test]
+    fn secret_provider_classes_are_looked_up_with_the_csi_integration() {
+        let csi = Options {
+            csi_integration: true,
+            ..Options::default()
+        };
+        let csi_volume = |class: &str| {
+            json!({"name": "v", "csi": {"driver": "secrets-store.csi.k8s.io",
+                "volumeAttributes": {"secretProviderClass": class}}})
+        };
+        let with_volume = |name: &str, annotations: Value, class: &str| -> Deployment {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns", "annotations": annotations},
+                "spec": {"selector": {}, "template": {"spec": {
+                    "containers": [{"name": "c"}], "volumes": [csi_volume(class)]}}},
+            }))
+            .unwrap()
+        };
+        let mut index = ConsumerIndex::new(csi);
+        let auto = with_volume(
+            "auto",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "vault",
+        );
+        let typed = with_volume(
+            "typed",
+            json!({"secretproviderclass.reloader.stakater.com/auto": "true"}),
+            "vault",
+        );
+        let named = deployment(
+            "named",
+            json!({"secretproviderclass.reloader.stakater.com/reload": "vault, az-.*"}),
+            envfrom_cm("x"),
+        );
+        let other = with_volume(
+            "other",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "other",
+        );
+        for d in [&auto, &typed, &named, &other] {
+            assert!(index.apply(d.into()), "{:?}", d.metadata.name);
+        }
+        assert_eq!(
+            names(&index.lookup_provider("ns", "vault", None)),
+            ["auto", "named", "typed"]
+        );
+        assert_eq!(names(&index.lookup_provider("ns", "az-1", None)), ["named"]);
+        assert!(index.lookup_provider("elsewhere", "vault", None).is_empty());
+        let ignored = BTreeMap::from([(IGNORE_KEY.to_owned(), "true".to_owned())]);
+        let hits = index.lookup_provider("ns", "vault", Some(&ignored));
+        assert_eq!(hits.len(), 3, "still returned, to move their baselines");
+        assert!(hits.iter().all(|h| h.reason.is_none()));
+        // Mounting another class moves the workload.
+        let moved = with_volume(
+            "auto",
+            json!({"reloader.stakater.com/auto": "true"}),
+            "moved",
+        );
+        index.apply((&moved).into());
+        assert_eq!(
+            names(&index.lookup_provider("ns", "vault", None)),
+            ["named", "typed"]
+        );
+        index.delete(&moved_ref());
+        assert!(index.lookup_provider("ns", "moved", None).is_empty());
+        // Without the integration: nothing, and class-only opt-ins are not indexed.
+        let mut off = ConsumerIndex::new(Options::default());
+        assert!(!off.apply((&typed).into()));
+        off.apply((&auto).into());
+        assert!(off.lookup_provider("ns", "vault", None).is_empty());
+    }
+
+    const IGNORE_KEY: &str = "reloader.stakater.com/ignore";
+
+    fn moved_ref() -> ObjectRef {
+        ObjectRef::new("apps", "Deployment", "ns", "auto")
+    }
+
+    #[test]
+    fn jobs_of_a_cronjob_are_not_indexed() {
+        let job: k8s_openapi::api::batch::v1::Job = serde_json::from_value(json!({
+            "metadata": {"name": "nightly-1", "namespace": "ns",
+                "annotations": {"reloader.stakater.com/auto": "true"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                                     "uid": "u", "controller": true}]},
+            "spec": {"template": {"spec": {"containers": envfrom_cm("app")}}},
+        }))
+        .unwrap();
+        let mut index = ConsumerIndex::new(Options::default());
+        assert!(!index.apply((&job).into()));
+        let mut standalone = job.clone();
+        standalone.metadata.owner_references = None;
+        assert!(index.apply((&standalone).into()));
+        assert_eq!(
+            names(&index.lookup(ConfigKind::ConfigMap, "ns", "app", None)),
+            ["nightly-1"]
+        );
     }
 }

@@ -6,7 +6,11 @@
 //! - [`filters`]: Reloader's namespace, config and workload-kind filters (its flags).
 //! - [`settings`]: per-workload rollout settings (debounce, Reloader's pause-period and
 //!   rollout-strategy).
-//! - [`workload`]: Deployment, StatefulSet, DaemonSet and CronJob as one [`Workload`].
+//! - [`workload`]: Deployment, StatefulSet, DaemonSet, CronJob, Job and Argo Rollouts' Rollout as
+//!   one [`Workload`].
+//! - [`source`]: what a workload rolls for: ConfigMaps, Secrets and (secrets-store CSI driver)
+//!   SecretProviderClasses.
+//! - [`job`]: how a Job is re-created to roll it.
 //! - [`opt_in`]: the Reloader and wave annotations, and the configs a workload watches.
 //! - [`hash`]: the SHA-256 content hash over exactly what the pods read.
 //! - [`patch`]: the rollout decision and its server-side-apply patch.
@@ -22,12 +26,15 @@ mod error;
 pub mod filters;
 pub mod hash;
 pub mod index;
+pub mod job;
 pub mod opt_in;
 pub mod patch;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod settings;
+pub mod source;
 pub mod workload;
 
 pub use error::{Error, Result};
-pub use workload::{Workload, WorkloadKind};
+pub use source::SourceKind;
+pub use workload::{Rollout, Workload, WorkloadKind};

@@ -24,6 +24,13 @@
 //! 7. With [`Options::auto_reload_all`] (Reloader's `--auto-reload-all`): every consumed config,
 //!    when neither `auto` nor the typed `auto` is set (an empty value counts as unset).
 //!
+//! SecretProviderClasses (secrets-store CSI driver, [`Options::csi_integration`], Reloader's
+//! `--enable-csi-integration`) follow the same rules with their own annotations:
+//! `secretproviderclass.reloader.stakater.com/reload` (named), `…/auto` (typed auto) and
+//! `secretproviderclasses.exclude.reloader.stakater.com/reload`; `reloader.stakater.com/auto`,
+//! `search`, `--auto-reload-all`, and `ignore`/`match` on the SecretProviderClass itself apply as
+//! to ConfigMaps. A pod consumes a SecretProviderClass through a CSI volume naming it.
+//!
 //! wave: `wave.pusher.com/update-on-config-change: "true"` on the workload's metadata: every
 //! consumed config. `ignore` on the config applies to wave too (a conflux choice: one switch on a
 //! config that says "never roll anything for me").
@@ -52,6 +59,13 @@ pub const SECRET_AUTO: &str = "secret.reloader.stakater.com/auto";
 pub const CONFIGMAP_RELOAD: &str = "configmap.reloader.stakater.com/reload";
 /// Workload annotation: comma-separated Secret names (anchored regexes) to roll on.
 pub const SECRET_RELOAD: &str = "secret.reloader.stakater.com/reload";
+/// Workload annotation: comma-separated SecretProviderClass names (anchored regexes) to roll on.
+pub const SECRET_PROVIDER_CLASS_RELOAD: &str = "secretproviderclass.reloader.stakater.com/reload";
+/// Workload annotation: roll on every consumed (mounted) SecretProviderClass.
+pub const SECRET_PROVIDER_CLASS_AUTO: &str = "secretproviderclass.reloader.stakater.com/auto";
+/// Workload annotation: comma-separated SecretProviderClass names never to roll on.
+pub const SECRET_PROVIDER_CLASSES_EXCLUDE: &str =
+    "secretproviderclasses.exclude.reloader.stakater.com/reload";
 /// Workload annotation: comma-separated ConfigMap names never to roll on.
 pub const CONFIGMAPS_EXCLUDE: &str = "configmaps.exclude.reloader.stakater.com/reload";
 /// Workload annotation: comma-separated Secret names never to roll on.
@@ -78,6 +92,17 @@ const WORKLOAD_KEYS: [&str; 9] = [
     WAVE_UPDATE_ON_CONFIG_CHANGE,
 ];
 
+/// The SecretProviderClass annotations of a workload; hashed into the opt-in fingerprint only
+/// when present, so workloads without them keep their digests.
+const PROVIDER_WORKLOAD_KEYS: [&str; 3] = [
+    SECRET_PROVIDER_CLASS_AUTO,
+    SECRET_PROVIDER_CLASS_RELOAD,
+    SECRET_PROVIDER_CLASSES_EXCLUDE,
+];
+
+/// Index of SecretProviderClasses in the per-kind arrays (after ConfigMap 0 and Secret 1).
+const PROVIDER: usize = 2;
+
 /// Reloader's controller-wide flags, as the opt-in and rollout decisions read them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
@@ -95,6 +120,9 @@ pub struct Options {
     pub ignore_secrets: bool,
     /// `--reload-strategy`: how a rollout changes the pod template.
     pub reload_strategy: ReloadStrategy,
+    /// `--enable-csi-integration`: SecretProviderClasses mounted through the secrets-store CSI
+    /// driver are watched too (default `false`, as Reloader).
+    pub csi_integration: bool,
 }
 
 impl Default for Options {
@@ -106,6 +134,7 @@ impl Default for Options {
             ignore_config_maps: false,
             ignore_secrets: false,
             reload_strategy: ReloadStrategy::Annotations,
+            csi_integration: false,
         }
     }
 }
@@ -211,13 +240,14 @@ fn kind_index(kind: ConfigKind) -> usize {
 }
 
 /// Reloader's annotations from one annotation map (the workload's or the pod template's).
+/// Per kind: ConfigMap, Secret, SecretProviderClass.
 #[derive(Debug, Clone, Default)]
 struct Annotations {
     auto: Option<String>,
-    typed_auto: [Option<String>; 2],
+    typed_auto: [Option<String>; 3],
     /// `Some` when the annotation is present (even empty): presence decides which map is used.
-    named: [Option<Vec<NamePattern>>; 2],
-    exclude: [Vec<String>; 2],
+    named: [Option<Vec<NamePattern>>; 3],
+    exclude: [Vec<String>; 3],
     search: Option<String>,
 }
 
@@ -252,15 +282,32 @@ impl Annotations {
             })
         };
         let parsed = Annotations {
-            named: [named(CONFIGMAP_RELOAD), named(SECRET_RELOAD)],
+            named: [
+                named(CONFIGMAP_RELOAD),
+                named(SECRET_RELOAD),
+                named(SECRET_PROVIDER_CLASS_RELOAD),
+            ],
             auto: get(AUTO),
-            typed_auto: [get(CONFIGMAP_AUTO), get(SECRET_AUTO)],
-            exclude: [list(CONFIGMAPS_EXCLUDE), list(SECRETS_EXCLUDE)],
+            typed_auto: [
+                get(CONFIGMAP_AUTO),
+                get(SECRET_AUTO),
+                get(SECRET_PROVIDER_CLASS_AUTO),
+            ],
+            exclude: [
+                list(CONFIGMAPS_EXCLUDE),
+                list(SECRETS_EXCLUDE),
+                list(SECRET_PROVIDER_CLASSES_EXCLUDE),
+            ],
             search: get(SEARCH),
         };
         // Values Reloader would read as false although they were almost certainly meant otherwise
         // (`yes`, `"true "`) are ignored as it ignores them, but said. An empty value is "unset".
-        for key in [AUTO, CONFIGMAP_AUTO, SECRET_AUTO] {
+        for key in [
+            AUTO,
+            CONFIGMAP_AUTO,
+            SECRET_AUTO,
+            SECRET_PROVIDER_CLASS_AUTO,
+        ] {
             if let Some(value) = map
                 .get(key)
                 .filter(|v| !v.is_empty() && parse_go_bool(v).is_none())
@@ -351,6 +398,17 @@ impl OptIn {
                 }
             }
         }
+        // Appended only when present: the fingerprints of every workload without them stay
+        // what earlier versions recorded (a changed fingerprint moves every baseline once).
+        for (i, map) in [workload, template].into_iter().enumerate() {
+            for (j, key) in PROVIDER_WORKLOAD_KEYS.into_iter().enumerate() {
+                if let Some(value) = map.and_then(|m| m.get(key)) {
+                    h.update([2u8, i as u8, j as u8]);
+                    h.update((value.len() as u64).to_be_bytes());
+                    h.update(value.as_bytes());
+                }
+            }
+        }
         OptIn {
             workload: parsed_workload,
             template: parsed_template,
@@ -371,8 +429,7 @@ impl OptIn {
         &self.problems
     }
 
-    fn select(&self, kind: ConfigKind) -> &Annotations {
-        let k = kind_index(kind);
+    fn select_index(&self, k: usize) -> &Annotations {
         if self.workload.relevant(k) || !self.template.relevant(k) {
             &self.workload
         } else {
@@ -380,40 +437,47 @@ impl OptIn {
         }
     }
 
+    fn patterns(&self, k: usize) -> &[NamePattern] {
+        self.select_index(k).named[k].as_deref().unwrap_or_default()
+    }
+
     /// The `reload` list that applies to configs of `kind` (empty when none).
     pub fn named_patterns(&self, kind: ConfigKind) -> &[NamePattern] {
-        self.select(kind).named[kind_index(kind)]
-            .as_deref()
-            .unwrap_or_default()
+        self.patterns(kind_index(kind))
+    }
+
+    /// The `secretproviderclass.reloader.stakater.com/reload` list that applies (empty when
+    /// none).
+    pub fn named_provider_patterns(&self) -> &[NamePattern] {
+        self.patterns(PROVIDER)
     }
 
     /// Whether a `reload` list that applies holds a real regex (matching needs the namespace's
     /// config names, see [`watch`]).
     pub fn has_regex_patterns(&self) -> bool {
-        [ConfigKind::ConfigMap, ConfigKind::Secret]
-            .into_iter()
-            .any(|kind| {
-                self.named_patterns(kind)
-                    .iter()
-                    .any(|p| matches!(p, NamePattern::Regex(_)))
-            })
+        (0..=PROVIDER).any(|k| {
+            self.patterns(k)
+                .iter()
+                .any(|p| matches!(p, NamePattern::Regex(_)))
+        })
     }
 
     /// Whether some config could ever make this workload roll; workloads that cannot are not
     /// indexed.
     pub fn is_enabled(&self, options: Options) -> bool {
+        let kinds = [ConfigKind::ConfigMap, ConfigKind::Secret]
+            .into_iter()
+            .filter(|kind| !options.ignores(*kind))
+            .map(kind_index)
+            .chain(options.csi_integration.then_some(PROVIDER));
         self.wave
-            || [ConfigKind::ConfigMap, ConfigKind::Secret]
-                .into_iter()
-                .filter(|kind| !options.ignores(*kind))
-                .any(|kind| {
-                    let k = kind_index(kind);
-                    let a = self.select(kind);
-                    !self.named_patterns(kind).is_empty()
-                        || Annotations::says(&a.search, "true")
-                        || a.auto_on(k)
-                        || (options.auto_reload_all && a.auto_unset(k))
-                })
+            || kinds.into_iter().any(|k| {
+                let a = self.select_index(k);
+                !self.patterns(k).is_empty()
+                    || Annotations::says(&a.search, "true")
+                    || a.auto_on(k)
+                    || (options.auto_reload_all && a.auto_unset(k))
+            })
     }
 
     /// Whether a change of the config `kind`/`name` (with its own annotations `config_annotations`)
@@ -438,6 +502,40 @@ impl OptIn {
         self.would_watch(kind, name, config_says(MATCH), consumed, options)
     }
 
+    /// [`watches`](Self::watches) for a SecretProviderClass (its own annotations
+    /// `provider_annotations`; `consumed`: a CSI volume of the pod template mounts it). Never
+    /// without [`Options::csi_integration`]; wave's annotation does not cover them.
+    pub fn watches_provider(
+        &self,
+        name: &str,
+        provider_annotations: Option<&BTreeMap<String, String>>,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        let says = |key: &str| {
+            provider_annotations
+                .and_then(|a| a.get(key))
+                .is_some_and(|v| v == "true")
+        };
+        if says(IGNORE) {
+            return None;
+        }
+        self.would_watch_provider(name, says(MATCH), consumed, options)
+    }
+
+    fn would_watch_provider(
+        &self,
+        name: &str,
+        matched: bool,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        if !options.csi_integration {
+            return None;
+        }
+        self.reloader_reason(PROVIDER, name, matched, consumed, options)
+    }
+
     /// [`watches`](Self::watches) for a config without `ignore` and with `match` as given: the
     /// workload side of the decision alone.
     fn would_watch(
@@ -451,12 +549,24 @@ impl OptIn {
         if options.ignores(kind) {
             return None;
         }
-        let k = kind_index(kind);
-        let a = self.select(kind);
+        let reloader = self.reloader_reason(kind_index(kind), name, matched, consumed, options);
+        reloader.or((self.wave && consumed).then_some(Reason::Wave))
+    }
+
+    /// Reloader's rules for a source of kind index `k` (steps 3 to 7 of the module docs).
+    fn reloader_reason(
+        &self,
+        k: usize,
+        name: &str,
+        matched: bool,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        let a = self.select_index(k);
         let on = |v: &Option<String>| v.as_deref().and_then(parse_go_bool) == Some(true);
-        let reloader = if a.exclude[k].iter().any(|e| e == name) {
+        if a.exclude[k].iter().any(|e| e == name) {
             None
-        } else if self.named_patterns(kind).iter().any(|p| p.matches(name)) {
+        } else if self.patterns(k).iter().any(|p| p.matches(name)) {
             Some(Reason::Named)
         } else if !consumed {
             None
@@ -470,8 +580,7 @@ impl OptIn {
             Some(Reason::AutoReloadAll)
         } else {
             None
-        };
-        reloader.or((self.wave && consumed).then_some(Reason::Wave))
+        }
     }
 }
 
@@ -488,6 +597,18 @@ pub trait NamespaceConfigs {
     /// labels are known to refuse them). Everything passes by default.
     fn selected(&self, _kind: ConfigKind, _name: &str) -> bool {
         true
+    }
+
+    /// A SecretProviderClass's annotations; `None` when it does not exist, has none, or the
+    /// cache does not follow them.
+    fn provider_annotations(&self, _name: &str) -> Option<&BTreeMap<String, String>> {
+        None
+    }
+
+    /// Every SecretProviderClass of the namespace. Only asked for when a `reload` list holds a
+    /// real regex.
+    fn provider_names(&self) -> Vec<&str> {
+        Vec::new()
     }
 }
 
@@ -521,12 +642,26 @@ impl Candidate {
     }
 }
 
+/// One SecretProviderClass a workload could watch (CSI integration), and whether it does now.
+/// Its content is what the pods mounted ([`ProviderObject`](crate::source::ProviderObject)s),
+/// hashed whole; it is never required (no mount record is not a missing object).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderCandidate {
+    /// Its name.
+    pub name: String,
+    /// Why it is watched now; `None` while its own annotations (`ignore`, a missing `match`)
+    /// keep it out.
+    pub reason: Option<Reason>,
+}
+
 /// What a workload watches, and what it would watch if only configs' own annotations changed:
 /// the input of [`content_hash`](crate::hash::content_hash).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watch {
     /// Sorted by (kind, name), one per object.
     pub candidates: Vec<Candidate>,
+    /// SecretProviderClasses (CSI integration), sorted by name.
+    pub providers: Vec<ProviderCandidate>,
     /// SHA-256 (first 8 bytes) of the workload side: everything the pod template consumes, the
     /// opt-in annotations and the options that decide watching. A change here is the workload
     /// changing what it watches; a rollout then is the pod template's own business.
@@ -561,6 +696,21 @@ impl Watch {
 /// object.
 pub fn watch(
     consumers: &[Consumption],
+    opt_in: &OptIn,
+    options: Options,
+    configs: &impl NamespaceConfigs,
+) -> Watch {
+    watch_with_providers(consumers, &[], opt_in, options, configs)
+}
+
+/// [`watch`] for a workload whose pod template also mounts the SecretProviderClasses
+/// `providers` (see [`Workload::provider_classes`](crate::Workload::provider_classes)). With
+/// [`Options::csi_integration`], those it watches or could watch are [`Watch::providers`], with
+/// the classes its `secretproviderclass` `reload` list names (literally, or by regex among
+/// [`NamespaceConfigs::provider_names`]).
+pub fn watch_with_providers(
+    consumers: &[Consumption],
+    providers: &[String],
     opt_in: &OptIn,
     options: Options,
     configs: &impl NamespaceConfigs,
@@ -626,15 +776,59 @@ pub fn watch(
     candidates.dedup_by(|a, b| {
         a.consumption.kind == b.consumption.kind && a.consumption.name == b.consumption.name
     });
+    let mut provider_candidates = Vec::new();
+    if options.csi_integration {
+        let mut add = |name: &str, consumed: bool| {
+            if opt_in
+                .would_watch_provider(name, true, consumed, options)
+                .is_some()
+            {
+                let reason = opt_in.watches_provider(
+                    name,
+                    configs.provider_annotations(name),
+                    consumed,
+                    options,
+                );
+                provider_candidates.push(ProviderCandidate {
+                    name: name.to_owned(),
+                    reason,
+                });
+            }
+        };
+        for name in providers {
+            add(name, true);
+        }
+        let mut named: Vec<&str> = opt_in
+            .named_provider_patterns()
+            .iter()
+            .filter_map(NamePattern::as_literal)
+            .collect();
+        if opt_in.has_regex_patterns() {
+            named.extend(configs.provider_names());
+        }
+        for name in named {
+            if !providers.iter().any(|p| p == name) {
+                add(name, false);
+            }
+        }
+        provider_candidates.sort_by(|a, b| a.name.cmp(&b.name));
+        provider_candidates.dedup_by(|a, b| a.name == b.name);
+    }
     Watch {
-        spec: spec_digest(consumers, opt_in, options),
+        spec: spec_digest(consumers, providers, opt_in, options),
         candidates,
+        providers: provider_candidates,
     }
 }
 
 /// The workload side of [`Watch::spec`]: what is consumed and how, the opt-in fingerprint, and the
 /// options that decide watching (not `reload_on_*`, which decide rollouts only).
-fn spec_digest(consumers: &[Consumption], opt_in: &OptIn, options: Options) -> [u8; 8] {
+fn spec_digest(
+    consumers: &[Consumption],
+    providers: &[String],
+    opt_in: &OptIn,
+    options: Options,
+) -> [u8; 8] {
     let mut sorted: Vec<&Consumption> = consumers.iter().collect();
     sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     let mut h = Sha256::new();
@@ -664,6 +858,16 @@ fn spec_digest(consumers: &[Consumption], opt_in: &OptIn, options: Options) -> [
         u8::from(options.ignore_config_maps),
         u8::from(options.ignore_secrets),
     ]);
+    // The mounted SecretProviderClasses count only with the CSI integration, and add nothing
+    // when there are none: turning the integration on moves the baselines of the workloads that
+    // mount one (no rollout), and no other digest.
+    if options.csi_integration && !providers.is_empty() {
+        lp(&mut h, b"secretproviderclasses");
+        h.update((providers.len() as u64).to_be_bytes());
+        for name in providers {
+            lp(&mut h, name.as_bytes());
+        }
+    }
     let digest = h.finalize();
     let mut out = [0u8; 8];
     out.copy_from_slice(&digest[..8]);
@@ -1036,6 +1240,228 @@ mod tests {
                 assert!(opt_in.is_enabled(options), "enabled: {}", c.what);
             }
         }
+    }
+
+    #[test]
+    fn secret_provider_classes_follow_reloaders_rules_with_the_csi_integration() {
+        use Reason::*;
+        let csi = Options {
+            csi_integration: true,
+            ..Options::default()
+        };
+        // (what, workload annotations, the class's annotations, consumed, options, expected)
+        type Row<'a> = (
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            &'a [(&'a str, &'a str)],
+            bool,
+            Options,
+            Option<Reason>,
+        );
+        let all = Options {
+            auto_reload_all: true,
+            ..csi
+        };
+        let rows: [Row<'_>; 14] = [
+            ("auto", &[(AUTO, "true")], &[], true, csi, Some(Auto)),
+            (
+                "auto, CSI off",
+                &[(AUTO, "true")],
+                &[],
+                true,
+                Options::default(),
+                None,
+            ),
+            (
+                "auto needs a mount",
+                &[(AUTO, "true")],
+                &[],
+                false,
+                csi,
+                None,
+            ),
+            (
+                "typed auto",
+                &[(SECRET_PROVIDER_CLASS_AUTO, "True")],
+                &[],
+                true,
+                csi,
+                Some(TypedAuto),
+            ),
+            (
+                "configmap auto is not for classes",
+                &[(CONFIGMAP_AUTO, "true")],
+                &[],
+                true,
+                csi,
+                None,
+            ),
+            (
+                "named, not mounted",
+                &[(SECRET_PROVIDER_CLASS_RELOAD, "vault")],
+                &[],
+                false,
+                csi,
+                Some(Named),
+            ),
+            (
+                "named by regex",
+                &[(SECRET_PROVIDER_CLASS_RELOAD, "va.*")],
+                &[],
+                true,
+                csi,
+                Some(Named),
+            ),
+            (
+                "the secret list is not for classes",
+                &[(SECRET_RELOAD, "vault")],
+                &[],
+                true,
+                csi,
+                None,
+            ),
+            (
+                "excluded",
+                &[
+                    (AUTO, "true"),
+                    (SECRET_PROVIDER_CLASSES_EXCLUDE, "x, vault"),
+                ],
+                &[],
+                true,
+                csi,
+                None,
+            ),
+            (
+                "ignore on the class",
+                &[(AUTO, "true")],
+                &[(IGNORE, "true")],
+                true,
+                csi,
+                None,
+            ),
+            (
+                "search and match",
+                &[(SEARCH, "true")],
+                &[(MATCH, "true")],
+                true,
+                csi,
+                Some(SearchMatch),
+            ),
+            (
+                "search without match",
+                &[(SEARCH, "true")],
+                &[],
+                true,
+                csi,
+                None,
+            ),
+            ("auto-reload-all", &[], &[], true, all, Some(AutoReloadAll)),
+            (
+                "wave does not cover classes",
+                &[(WAVE_UPDATE_ON_CONFIG_CHANGE, "true")],
+                &[],
+                true,
+                csi,
+                None,
+            ),
+        ];
+        for (what, workload, class, consumed, options, want) in rows {
+            let opt_in = OptIn::parse(map(workload).as_ref(), None);
+            let got = opt_in.watches_provider("vault", map(class).as_ref(), consumed, options);
+            assert_eq!(got, want, "{what}");
+            if want.is_some() {
+                assert!(opt_in.is_enabled(options), "enabled: {what}");
+            }
+        }
+        // Only class annotations: enabled with the integration alone.
+        let typed = OptIn::parse(map(&[(SECRET_PROVIDER_CLASS_AUTO, "true")]).as_ref(), None);
+        assert!(typed.is_enabled(csi));
+        assert!(!typed.is_enabled(Options::default()));
+        // Template annotations when the workload holds none relevant to classes.
+        let t = OptIn::parse(
+            map(&[(CONFIGMAP_AUTO, "true")]).as_ref(),
+            map(&[(SECRET_PROVIDER_CLASS_AUTO, "true")]).as_ref(),
+        );
+        assert_eq!(t.watches_provider("v", None, true, csi), Some(TypedAuto));
+    }
+
+    #[test]
+    fn the_watch_lists_classes_and_their_digests_move_only_with_them() {
+        struct Classes;
+        impl NamespaceConfigs for Classes {
+            fn annotations(&self, _: ConfigKind, _: &str) -> Option<&BTreeMap<String, String>> {
+                None
+            }
+            fn names(&self) -> Vec<(ConfigKind, &str)> {
+                Vec::new()
+            }
+            fn provider_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+                static IGNORED: std::sync::OnceLock<BTreeMap<String, String>> =
+                    std::sync::OnceLock::new();
+                (name == "ignored").then(|| {
+                    IGNORED.get_or_init(|| BTreeMap::from([(IGNORE.into(), "true".into())]))
+                })
+            }
+            fn provider_names(&self) -> Vec<&str> {
+                vec!["azure-1", "azure-2", "other"]
+            }
+        }
+        let csi = Options {
+            csi_integration: true,
+            ..Options::default()
+        };
+        let consumers = [Consumption {
+            kind: ConfigMap,
+            name: "app".into(),
+            keys: Keys::All,
+            optional: false,
+        }];
+        let mounted = ["ignored".to_owned(), "vault".to_owned()];
+        let opt_in = OptIn::parse(
+            map(&[
+                (AUTO, "true"),
+                (SECRET_PROVIDER_CLASS_RELOAD, "azure-.*, named"),
+            ])
+            .as_ref(),
+            None,
+        );
+        let w = watch_with_providers(&consumers, &mounted, &opt_in, csi, &Classes);
+        let got: Vec<(&str, bool)> = w
+            .providers
+            .iter()
+            .map(|p| (p.name.as_str(), p.reason.is_some()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("azure-1", true),
+                ("azure-2", true),
+                ("ignored", false),
+                ("named", true),
+                ("vault", true)
+            ]
+        );
+        // Without the integration: no classes, and the digest of the workload side is the one
+        // a workload without mounts has (turning it on moves only these workloads' baselines).
+        let off = watch_with_providers(&consumers, &mounted, &opt_in, Options::default(), &Classes);
+        assert!(off.providers.is_empty());
+        assert_eq!(
+            off.spec,
+            watch(&consumers, &opt_in, Options::default(), &Classes).spec
+        );
+        assert_ne!(w.spec, off.spec);
+        assert_eq!(
+            watch_with_providers(&consumers, &[], &opt_in, csi, &Classes).spec,
+            watch(&consumers, &opt_in, Options::default(), &Classes).spec,
+            "no mounts: the integration changes nothing"
+        );
+        // The class annotations appear in the opt-in fingerprint only when present.
+        let plain = OptIn::parse(map(&[(AUTO, "true")]).as_ref(), None);
+        let with = OptIn::parse(
+            map(&[(AUTO, "true"), (SECRET_PROVIDER_CLASS_AUTO, "false")]).as_ref(),
+            None,
+        );
+        assert_ne!(plain.fingerprint, with.fingerprint);
     }
 
     #[test]

@@ -34,16 +34,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use serde::Serialize;
-use serde_json::{Value, json};
-use watch_index::refs::ConfigKind;
-
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::Serialize;
+use serde_json::{Value, json};
 
-use crate::consumers::{container_ref, pod_spec_consumers};
+use crate::consumers::{container_ref, pod_spec_consumers, pod_spec_provider_classes};
 use crate::hash::{ConfigDigest, ContentHash, to_hex};
 use crate::opt_in::Options;
+use crate::source::SourceKind;
 use crate::workload::{Workload, WorkloadKind};
 
 /// Field manager of every patch this crate makes.
@@ -76,7 +75,8 @@ pub enum ReloadStrategy {
     #[default]
     Annotations,
     /// Reloader's default: a `STAKATER_<NAME>_<KIND>` variable set to the config's digest in the
-    /// container that reads it (and [`LAST_RELOADED_FROM_ANNOTATION`]).
+    /// container that reads it (and [`LAST_RELOADED_FROM_ANNOTATION`]). Rollouts roll through
+    /// the annotation instead ([`WorkloadKind::supports_env_vars`]).
     EnvVars,
 }
 
@@ -106,11 +106,12 @@ pub struct WorkloadState {
     pub template_hash: Option<String>,
     /// [`LAST_RELOADED_FROM_ANNOTATION`] on its pod template.
     pub last_reloaded_from: Option<String>,
-    /// The `STAKATER_*_CONFIGMAP` / `_SECRET` variables of its containers, sorted.
+    /// The `STAKATER_*_CONFIGMAP` / `_SECRET` / `_SECRETPROVIDERCLASS` variables of its
+    /// containers, sorted (none for kinds without the env-vars strategy).
     pub env: Vec<EnvVarRef>,
-    /// For each config its pods read, and the first container otherwise: the container Reloader
+    /// For each config its pods read or SecretProviderClass they mount: the container Reloader
     /// names ([`container_ref`]).
-    pub container_refs: BTreeMap<(ConfigKind, String), String>,
+    pub container_refs: BTreeMap<(SourceKind, String), String>,
     /// Its first regular container (for configs the pods do not read).
     pub first_container: Option<String>,
 }
@@ -139,7 +140,7 @@ impl WorkloadState {
         let spec = pod_template.and_then(|t| t.spec.as_ref());
         let mut env = Vec::new();
         let mut container_refs = BTreeMap::new();
-        if let Some(spec) = spec {
+        if let Some(spec) = spec.filter(|_| kind.supports_env_vars()) {
             for c in &spec.containers {
                 for var in c.env.as_deref().unwrap_or_default() {
                     if is_reloader_env_var(&var.name) {
@@ -151,9 +152,17 @@ impl WorkloadState {
                     }
                 }
             }
+        }
+        if let Some(spec) = spec {
             for c in pod_spec_consumers(spec) {
                 if let Some(r) = container_ref(spec, c.kind, &c.name) {
-                    container_refs.insert((c.kind, c.name), r.to_owned());
+                    container_refs.insert((c.kind.into(), c.name), r.to_owned());
+                }
+            }
+            for name in pod_spec_provider_classes(spec) {
+                let kind = SourceKind::SecretProviderClass;
+                if let Some(r) = container_ref(spec, kind, &name) {
+                    container_refs.insert((kind, name), r.to_owned());
                 }
             }
         }
@@ -182,7 +191,7 @@ impl WorkloadState {
     }
 
     /// The container Reloader names for a config of this workload.
-    fn container_for(&self, kind: ConfigKind, name: &str) -> Option<&str> {
+    fn container_for(&self, kind: SourceKind, name: &str) -> Option<&str> {
         self.container_refs
             .get(&(kind, name.to_owned()))
             .or(self.first_container.as_ref())
@@ -192,12 +201,16 @@ impl WorkloadState {
 
 /// Whether `name` is one of Reloader's env-vars strategy variables.
 fn is_reloader_env_var(name: &str) -> bool {
-    name.starts_with(ENV_VAR_PREFIX) && (name.ends_with("_CONFIGMAP") || name.ends_with("_SECRET"))
+    name.starts_with(ENV_VAR_PREFIX)
+        && (name.ends_with("_CONFIGMAP")
+            || name.ends_with("_SECRET")
+            || name.ends_with("_SECRETPROVIDERCLASS"))
 }
 
 /// Reloader's variable name for a config: `STAKATER_` + the name upper-cased with every run of
-/// other characters turned into one `_` (none at the start) + `_CONFIGMAP` or `_SECRET`.
-pub fn env_var_name(kind: ConfigKind, name: &str) -> String {
+/// other characters turned into one `_` (none at the start) + `_CONFIGMAP`, `_SECRET` or
+/// `_SECRETPROVIDERCLASS`.
+pub fn env_var_name(kind: impl Into<SourceKind>, name: &str) -> String {
     let mut out = String::from(ENV_VAR_PREFIX);
     let mut last_valid = false;
     for ch in name.bytes().map(|b| b.to_ascii_uppercase()) {
@@ -212,10 +225,7 @@ pub fn env_var_name(kind: ConfigKind, name: &str) -> String {
         }
     }
     out.push('_');
-    out.push_str(match kind {
-        ConfigKind::ConfigMap => "CONFIGMAP",
-        ConfigKind::Secret => "SECRET",
-    });
+    out.push_str(kind.into().reloader_type());
     out
 }
 
@@ -234,14 +244,15 @@ pub enum ChangeKind {
 /// One watched config whose change a rollout answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigChange {
-    /// ConfigMap or Secret.
-    pub kind: ConfigKind,
+    /// ConfigMap, Secret or SecretProviderClass.
+    pub kind: SourceKind,
     /// Its name.
     pub name: String,
     /// What happened.
     pub change: ChangeKind,
     /// For an update: the keys read that changed or appeared, sorted, when the baseline tracked them;
-    /// `None` when it did not (more than 32 keys read, or an older baseline).
+    /// `None` when it did not (more than 32 keys read, or an older baseline). For a
+    /// SecretProviderClass, the ids of the mounted objects whose version changed.
     pub keys: Option<Vec<String>>,
     /// For an update tracked by key: how many keys read disappeared.
     pub keys_removed: usize,
@@ -257,16 +268,20 @@ impl std::fmt::Display for ConfigChange {
             ChangeKind::Deleted => f.write_str(" deleted"),
             ChangeKind::Updated => match &self.keys {
                 Some(keys) if !keys.is_empty() || self.keys_removed > 0 => {
+                    let what = match self.kind {
+                        SourceKind::SecretProviderClass => "object",
+                        _ => "key",
+                    };
                     f.write_str(" changed (")?;
                     if !keys.is_empty() {
-                        write!(f, "keys {}", keys.join(", "))?;
+                        write!(f, "{what}s {}", keys.join(", "))?;
                     }
                     if self.keys_removed > 0 {
                         if !keys.is_empty() {
                             f.write_str("; ")?;
                         }
                         let s = if self.keys_removed == 1 { "" } else { "s" };
-                        write!(f, "{} key{s} removed", self.keys_removed)?;
+                        write!(f, "{} {what}{s} removed", self.keys_removed)?;
                     }
                     f.write_str(")")
                 }
@@ -280,7 +295,7 @@ impl std::fmt::Display for ConfigChange {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ReloadSource {
-    /// `CONFIGMAP` or `SECRET`, as Reloader writes it.
+    /// `CONFIGMAP`, `SECRET` or `SECRETPROVIDERCLASS`, as Reloader writes it.
     #[serde(rename = "type")]
     pub kind: &'static str,
     /// The config's name.
@@ -309,8 +324,9 @@ pub enum Action {
 
 /// The value of [`BASELINE_ANNOTATION`] for a hash, version 2:
 /// `v2;<workload side>;<entry>;<entry>…`, one entry per candidate config,
-/// `<c|s><w|u><name>=<config digest|->[:<key digest>.<key digest>…]` (ConfigMap or Secret, watched
-/// or not, `-` while absent; all digests lower-case hex). Without key digests when they would
+/// `<c|s|p><w|u><name>=<config digest|->[:<key digest>.<key digest>…]` (ConfigMap, Secret or
+/// SecretProviderClass, watched or not, `-` while absent; all digests lower-case hex). The `p`
+/// entries appear only with the CSI integration; a baseline without them reads as before. Without key digests when they would
 /// take more than 8 KiB; in the version-1 form `<content hash>.<watched-set digest>` when even
 /// that would take more than 64 KiB.
 pub fn baseline_value(hash: &ContentHash) -> String {
@@ -331,8 +347,9 @@ fn encode_v2(hash: &ContentHash, keys: bool) -> String {
     let encodable = |c: &&ConfigDigest| !c.name.is_empty() && !c.name.contains([';', '=', ':']);
     for c in hash.configs.iter().filter(encodable) {
         let kind = match c.kind {
-            ConfigKind::ConfigMap => 'c',
-            ConfigKind::Secret => 's',
+            SourceKind::ConfigMap => 'c',
+            SourceKind::Secret => 's',
+            SourceKind::SecretProviderClass => 'p',
         };
         let watched = if c.watched { 'w' } else { 'u' };
         let _ = write!(out, ";{kind}{watched}{}=", c.name);
@@ -367,7 +384,7 @@ enum Baseline {
     /// See [`baseline_value`].
     V2 {
         spec: String,
-        configs: BTreeMap<(ConfigKind, String), Recorded>,
+        configs: BTreeMap<(SourceKind, String), Recorded>,
     },
 }
 
@@ -386,8 +403,9 @@ impl Baseline {
         for entry in parts {
             let mut chars = entry.chars();
             let kind = match chars.next()? {
-                'c' => ConfigKind::ConfigMap,
-                's' => ConfigKind::Secret,
+                'c' => SourceKind::ConfigMap,
+                's' => SourceKind::Secret,
+                'p' => SourceKind::SecretProviderClass,
                 _ => return None,
             };
             let watched = match chars.next()? {
@@ -427,7 +445,7 @@ impl Baseline {
 
 /// The changes of watched configs since a version-2 baseline with the same workload side.
 fn changes_since(
-    recorded: &BTreeMap<(ConfigKind, String), Recorded>,
+    recorded: &BTreeMap<(SourceKind, String), Recorded>,
     current: &ContentHash,
 ) -> Vec<ConfigChange> {
     let mut changes = Vec::new();
@@ -533,8 +551,12 @@ pub fn decide(state: &WorkloadState, current: &ContentHash, options: Options) ->
         }
         Some(Baseline::V2 { .. }) => Vec::new(),
     };
+    // A SecretProviderClass "created" or "deleted" is the first pod mounting it, or the last
+    // one gone (scaled to zero): what is mounted did not change, so that never rolls (Reloader
+    // ignores SecretProviderClassPodStatus creations and deletions too).
     let rolls = changes.iter().any(|c| match c.change {
         ChangeKind::Updated => true,
+        _ if c.kind == SourceKind::SecretProviderClass => false,
         ChangeKind::Created => options.reload_on_create,
         ChangeKind::Deleted => options.reload_on_delete,
     });
@@ -599,8 +621,7 @@ impl WorkloadPatch {
     ) -> Self {
         let mut patch = WorkloadPatch::keep(state, baseline);
         match options.reload_strategy {
-            ReloadStrategy::Annotations => patch.template_hash = Some(current.hex.clone()),
-            ReloadStrategy::EnvVars => {
+            ReloadStrategy::EnvVars if state.kind.supports_env_vars() => {
                 for change in &changes {
                     let Some(container) = state.container_for(change.kind, &change.name) else {
                         continue;
@@ -621,6 +642,7 @@ impl WorkloadPatch {
                 }
                 patch.env.sort();
             }
+            _ => patch.template_hash = Some(current.hex.clone()),
         }
         patch.changes = changes;
         patch
@@ -632,10 +654,7 @@ impl WorkloadPatch {
     pub fn reloaded_from(mut self, state: &WorkloadState, observed_at: i64) -> Self {
         if let Some(change) = self.changes.first() {
             let source = ReloadSource {
-                kind: match change.kind {
-                    ConfigKind::ConfigMap => "CONFIGMAP",
-                    ConfigKind::Secret => "SECRET",
-                },
+                kind: change.kind.reloader_type(),
                 name: change.name.clone(),
                 namespace: self.namespace.clone(),
                 hash: change.digest.clone(),
@@ -694,7 +713,9 @@ impl WorkloadPatch {
                 .collect();
             template.insert("spec".into(), json!({"containers": containers}));
         }
-        if !template.is_empty() {
+        // A Job's pod template cannot change: it is re-created ([`crate::job`]), and its patches
+        // only ever carry the baseline.
+        if !template.is_empty() && self.kind != WorkloadKind::Job {
             let template = Value::Object(template);
             patch["spec"] = match self.kind {
                 WorkloadKind::CronJob => json!({"jobTemplate": {"spec": {"template": template}}}),
@@ -702,6 +723,17 @@ impl WorkloadPatch {
             };
         }
         patch
+    }
+
+    /// Reloader's `rollout-strategy: restart` for an Argo Rollout: the JSON merge patch that
+    /// records the baseline and sets `spec.restartAt` to `restart_at` (RFC 3339, now), in one
+    /// write, so the restart and the baseline that says it happened cannot be separated. The pod
+    /// template is left alone (no drift for GitOps to see).
+    pub fn restart_body(&self, restart_at: &str) -> Value {
+        json!({
+            "metadata": {"annotations": {BASELINE_ANNOTATION: self.baseline}},
+            "spec": {"restartAt": restart_at},
+        })
     }
 }
 
@@ -714,6 +746,7 @@ mod tests {
     use crate::hash::{ConfigData, content_hash};
     use crate::opt_in::{Candidate, Reason, Watch};
     use ConfigKind::{ConfigMap, Secret};
+    use watch_index::refs::ConfigKind;
 
     /// A config as the test world has it: watched or not, and its data (`None`: absent).
     type Config<'a> = (ConfigKind, &'a str, bool, Option<&'a [(&'a str, &'a str)]>);
@@ -725,6 +758,7 @@ mod tests {
 
     fn world_reading(spec: u8, configs: &[Config<'_>], optional: bool) -> ContentHash {
         let watch = Watch {
+            providers: Vec::new(),
             candidates: configs
                 .iter()
                 .map(|(kind, name, watched, _)| Candidate {
@@ -768,7 +802,10 @@ mod tests {
             template_hash: None,
             last_reloaded_from: None,
             env: Vec::new(),
-            container_refs: BTreeMap::from([((ConfigMap, "app".to_owned()), "main".to_owned())]),
+            container_refs: BTreeMap::from([(
+                (SourceKind::ConfigMap, "app".to_owned()),
+                "main".to_owned(),
+            )]),
             first_container: Some("main".into()),
         }
     }
@@ -959,6 +996,196 @@ mod tests {
                 "idempotent: {what}"
             );
         }
+    }
+
+    /// A world of one ConfigMap `app` (V1) and the SecretProviderClass `vault`, watched or not,
+    /// with what its pods mounted (`None`: no pod mounts it).
+    fn with_class(watched: bool, version: Option<&str>) -> ContentHash {
+        use crate::opt_in::ProviderCandidate;
+        use crate::source::ProviderObject;
+        let watch = Watch {
+            candidates: vec![Candidate {
+                consumption: Consumption {
+                    kind: ConfigMap,
+                    name: "app".into(),
+                    keys: Keys::All,
+                    optional: false,
+                },
+                reason: Some(Reason::Auto),
+            }],
+            providers: vec![ProviderCandidate {
+                name: "vault".into(),
+                reason: watched.then_some(Reason::Auto),
+            }],
+            spec: [1; 8],
+        };
+        let data = BTreeMap::from([("k".to_owned(), "1".to_owned())]);
+        let objects: Option<Vec<ProviderObject>> = version.map(|v| {
+            vec![
+                ProviderObject {
+                    id: "db-password".into(),
+                    version: v.into(),
+                },
+                ProviderObject {
+                    id: "api-key".into(),
+                    version: "7".into(),
+                },
+            ]
+        });
+        crate::hash::content_hash_with_providers(
+            &watch,
+            |_, _| {
+                Some(ConfigData::ConfigMap {
+                    data: Some(&data),
+                    binary_data: None,
+                })
+            },
+            |_| objects.as_deref(),
+        )
+    }
+
+    #[test]
+    fn secret_provider_classes_roll_when_what_pods_mounted_changes() {
+        let on = Options::default();
+        // (what, before, now, expected)
+        let cases = [
+            (
+                "nothing changed",
+                with_class(true, Some("1")),
+                with_class(true, Some("1")),
+                "none",
+            ),
+            (
+                "a mounted version changed",
+                with_class(true, Some("1")),
+                with_class(true, Some("2")),
+                "rollout",
+            ),
+            (
+                "not watched (ignore)",
+                with_class(false, Some("1")),
+                with_class(false, Some("2")),
+                "baseline",
+            ),
+            (
+                "ignore removed with a change",
+                with_class(false, Some("1")),
+                with_class(true, Some("2")),
+                "rollout",
+            ),
+            (
+                "the last pod mounting it is gone",
+                with_class(true, Some("1")),
+                with_class(true, None),
+                "baseline",
+            ),
+            (
+                "the first pod mounts it again",
+                with_class(true, None),
+                with_class(true, Some("2")),
+                "baseline",
+            ),
+        ];
+        for (what, before, now, want) in cases {
+            let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+            let action = decide(&s, &now, on);
+            assert_eq!(name(&action), want, "{what}");
+            assert_eq!(
+                decide(&apply(&s, &action), &now, on),
+                Action::None,
+                "idempotent: {what}"
+            );
+        }
+        // The baseline records the class as a `p` entry, with one digest per mounted object.
+        let value = baseline_value(&with_class(true, Some("1")));
+        assert!(value.contains(";pwvault="), "{value}");
+        let s = state(WorkloadKind::Deployment, Some(&value));
+        let Action::Rollout(p) = decide(&s, &with_class(true, Some("2")), on) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(p.changes.len(), 1);
+        assert_eq!(p.changes[0].kind, SourceKind::SecretProviderClass);
+        assert_eq!(
+            p.changes[0].to_string(),
+            "SecretProviderClass vault changed (objects db-password)"
+        );
+        let p = p.reloaded_from(&s, 1);
+        let source: Value = serde_json::from_str(p.last_reloaded_from.as_deref().unwrap()).unwrap();
+        assert_eq!(source["type"], "SECRETPROVIDERCLASS");
+        // The template annotation moves (pods restart), as for a config.
+        assert_ne!(p.template_hash, None);
+        // An older baseline without `p` entries reads as before: the class is new to it, and a
+        // class appearing in the watch is not a change that rolls.
+        let without = baseline_value(&world(1, &[(ConfigMap, "app", true, Some(V1))]));
+        let s = state(WorkloadKind::Deployment, Some(&without));
+        assert_eq!(
+            name(&decide(&s, &with_class(true, Some("1")), on)),
+            "baseline"
+        );
+        // With the env-vars strategy: Reloader's variable for the class.
+        let env = Options {
+            reload_strategy: ReloadStrategy::EnvVars,
+            ..on
+        };
+        let s = state(WorkloadKind::Deployment, Some(&value));
+        let Action::Rollout(p) = decide(&s, &with_class(true, Some("2")), env) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(p.env[0].name, "STAKATER_VAULT_SECRETPROVIDERCLASS");
+    }
+
+    #[test]
+    fn rollouts_never_get_variables_and_jobs_never_get_a_template_patch() {
+        let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        let env = Options {
+            reload_strategy: ReloadStrategy::EnvVars,
+            ..Options::default()
+        };
+        // A Rollout: the annotation, whatever the strategy (its CRD may mark containers atomic).
+        let s = state(WorkloadKind::Rollout, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, env) else {
+            panic!("expected a rollout");
+        };
+        assert!(p.env.is_empty());
+        assert_eq!(
+            p.body(),
+            json!({
+                "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+                "metadata": {"name": "web", "namespace": "ns",
+                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                "spec": {"template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: now.hex}}}},
+            })
+        );
+        // Its restart: the baseline and spec.restartAt, never the template.
+        assert_eq!(
+            p.restart_body("2026-01-01T00:00:00Z"),
+            json!({"metadata": {"annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                   "spec": {"restartAt": "2026-01-01T00:00:00Z"}})
+        );
+        // A Job: its patches carry the baseline only (the template is immutable; the rollout is
+        // a re-creation, see crate::job).
+        let s = state(WorkloadKind::Job, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, env) else {
+            panic!("expected a rollout");
+        };
+        assert!(!p.env.is_empty(), "the replacement gets the variable");
+        assert_eq!(
+            p.body(),
+            json!({
+                "apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "web", "namespace": "ns",
+                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+            })
+        );
+        // Variables already on a Rollout are not conflux's to re-send.
+        let r: crate::Rollout = serde_json::from_value(json!({
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"template": {"spec": {"containers": [{"name": "c",
+                "env": [{"name": "STAKATER_APP_CONFIGMAP", "value": "x"}]}]}}},
+        }))
+        .unwrap();
+        assert!(WorkloadState::of((&r).into()).unwrap().env.is_empty());
     }
 
     #[test]
@@ -1241,7 +1468,7 @@ mod tests {
                 value: "x".into()
             }]
         );
-        assert_eq!(s.container_for(ConfigMap, "app"), Some("main"));
-        assert_eq!(s.container_for(Secret, "named"), Some("main"));
+        assert_eq!(s.container_for(SourceKind::ConfigMap, "app"), Some("main"));
+        assert_eq!(s.container_for(SourceKind::Secret, "named"), Some("main"));
     }
 }

@@ -40,7 +40,8 @@ pub const PAUSE_PERIOD: &str = "deployment.reloader.stakater.com/pause-period";
 /// removed on resume.
 pub const PAUSED_AT: &str = "deployment.reloader.stakater.com/paused-at";
 /// Workload annotation (Reloader's): `rollout` (default) or `restart` (Argo Rollouts only: set
-/// `spec.restartAt` instead of changing the pod template).
+/// `spec.restartAt` instead of changing the pod template). On other kinds `restart` is accepted
+/// and ignored, as Reloader documents, with a problem reported once (a Warning Event).
 pub const ROLLOUT_STRATEGY: &str = "reloader.stakater.com/rollout-strategy";
 
 /// How a workload is rolled (Reloader's `rollout-strategy`).
@@ -108,7 +109,17 @@ impl WorkloadSettings {
         }
         settings.rollout_strategy = match get(ROLLOUT_STRATEGY).map(String::as_str) {
             None | Some("rollout") => RolloutStrategy::Rollout,
-            Some("restart") => RolloutStrategy::Restart,
+            Some("restart") => {
+                if kind != WorkloadKind::Rollout {
+                    settings.problems.push(Error::InvalidAnnotation {
+                        annotation: ROLLOUT_STRATEGY,
+                        value: "restart".to_owned(),
+                        expected: "an Argo Rollout (restart applies to Rollouts only; this \
+                                   workload's pod template is rolled instead)",
+                    });
+                }
+                RolloutStrategy::Restart
+            }
             Some(other) => {
                 // Reloader reads anything else as `rollout`, and so do we; but say so.
                 settings.problems.push(Error::InvalidAnnotation {
@@ -314,11 +325,21 @@ mod tests {
     fn settings_from_annotations() {
         let s = WorkloadSettings::parse(
             WorkloadKind::Deployment,
-            Some(&map(&[(PAUSE_PERIOD, "5m"), (ROLLOUT_STRATEGY, "restart")])),
+            Some(&map(&[(PAUSE_PERIOD, "5m"), (ROLLOUT_STRATEGY, "rollout")])),
         );
         assert_eq!(s.pause_period, Some(Duration::from_secs(300)));
+        assert_eq!(s.rollout_strategy, RolloutStrategy::Rollout);
+        assert!(s.problems.is_empty());
+        let restart = map(&[(ROLLOUT_STRATEGY, "restart")]);
+        let s = WorkloadSettings::parse(WorkloadKind::Rollout, Some(&restart));
         assert_eq!(s.rollout_strategy, RolloutStrategy::Restart);
         assert!(s.problems.is_empty());
+        // Accepted and ignored elsewhere, as Reloader documents, but said once.
+        for kind in [WorkloadKind::Deployment, WorkloadKind::Job] {
+            let s = WorkloadSettings::parse(kind, Some(&restart));
+            assert_eq!(s.problems.len(), 1, "{kind}");
+            assert!(s.problems[0].to_string().contains("Rollouts only"));
+        }
         let s = WorkloadSettings::parse(
             WorkloadKind::StatefulSet,
             Some(&map(&[

@@ -35,6 +35,9 @@ pub struct ReloadConfig {
     pub config_selector: Selector,
     /// `--ignored-workload-types`: kinds not watched at all.
     pub ignored_kinds: BTreeSet<WorkloadKind>,
+    /// `--is-argo-rollouts`: Argo Rollouts' Rollouts are watched and rolled too (their CRD and
+    /// RBAC must exist). The CSI integration is [`Options::csi_integration`].
+    pub argo_rollouts: bool,
 }
 
 impl Default for ReloadConfig {
@@ -51,6 +54,7 @@ impl Default for ReloadConfig {
             namespaces: NamespaceFilter::default(),
             config_selector: Selector::everything(),
             ignored_kinds: BTreeSet::new(),
+            argo_rollouts: false,
         }
     }
 }

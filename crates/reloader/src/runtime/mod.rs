@@ -1,7 +1,8 @@
 //! The reload controller, to embed (feature `runtime`): roll Deployments, StatefulSets,
-//! DaemonSets and CronJobs whose ConfigMaps/Secrets changed, once per change, without fighting
-//! Flux over fields (docs/design.md section 5). The decisions are this crate's pure modules; this
-//! one observes, fetches, applies and reports.
+//! DaemonSets, CronJobs, Jobs (re-created) and, with `--is-argo-rollouts`, Argo Rollouts whose
+//! ConfigMaps/Secrets (and, with `--enable-csi-integration`, mounted SecretProviderClasses)
+//! changed, once per change, without fighting Flux over fields (docs/design.md section 5). The
+//! decisions are this crate's pure modules; this one observes, fetches, applies and reports.
 //!
 //! Observe → decide → act:
 //! - Workloads are watched as full objects (the pod template says what they read) through
@@ -22,6 +23,13 @@
 //!   restarts, membership changes) and rollouts are one server-side apply each, field manager
 //!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket; a throttled rollout is
 //!   evaluated again when a token is free.
+//! - A Job rolls by being re-created (`recreate`): deleted with a precondition on its uid, then
+//!   created again from the copy kept until the create succeeds. An Argo Rollout with
+//!   `rollout-strategy: restart` rolls by one merge patch of `spec.restartAt` and its baseline.
+//! - SecretProviderClasses (CSI integration): the `SecretProviderClassPodStatus` objects the CSI
+//!   driver writes per pod say what each pod mounted; what a SecretProviderClass "contains" is
+//!   the objects and versions of its most recently written status in the namespace (`providers`).
+//!   A change there schedules the workloads that mount it, like a config event.
 //! - Every rollout gets a `Reloaded` Event on the workload; failures get `ReloadFailed` (also for
 //!   a rollout held because a required config is missing), a log line and a retry with backoff;
 //!   the same failure is reported once until the workload rolls again. Annotation problems
@@ -31,12 +39,15 @@
 //! shared informers' (which ride out faults), and a re-list's changes arrive as events.
 //!
 //! One concern per file: `config` (settings, durations), `metrics`, `discovery` (the workload
-//! kinds served), `watches` (observe), `scheduler` (the coalescing window and the token bucket),
-//! `worker` (decide and act); this file holds the shared state and the wiring ([`run`]).
+//! kinds served), `watches` (observe), `providers` (what pods mounted from SecretProviderClasses),
+//! `scheduler` (the coalescing window and the token bucket), `worker` (decide and act),
+//! `recreate` (Jobs); this file holds the shared state and the wiring ([`run`]).
 
 mod config;
 mod discovery;
 mod metrics;
+mod providers;
+mod recreate;
 mod scheduler;
 mod watches;
 mod worker;
@@ -51,7 +62,7 @@ use conflux_runtime::events::{Problems, publish, recorder};
 use conflux_runtime::{Change, Informer, Probe, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
@@ -71,26 +82,30 @@ use watch_index::runtime::{ConfigWatches, sharded};
 use watch_index::selector::Selector;
 
 use crate::filters::NamespaceFilter;
-use crate::hash::{ConfigData, ContentHash, content_hash};
+use crate::hash::{ConfigData, ContentHash, content_hash_with_providers};
 use crate::index::ConsumerIndex;
-use crate::opt_in::{NamespaceConfigs, Options, Watch, watch};
+use crate::opt_in::{NamespaceConfigs, Options, Watch, watch_with_providers};
 use crate::patch::{
     Action, CONFIG_HASH_ANNOTATION, ConfigChange, FIELD_MANAGER, WorkloadPatch, WorkloadState,
     decide,
 };
-use crate::settings::{Pause, WorkloadSettings};
-use crate::{Error, Result, Workload, WorkloadKind};
+use crate::settings::{Pause, RolloutStrategy, WorkloadSettings};
+use crate::source::{ProviderObject, SourceKind};
+use crate::{Error, Result, Rollout, Workload, WorkloadKind};
 use conflux_runtime::sync::lock;
+use providers::ProviderStore;
+use recreate::Recreation;
 use scheduler::{Pending, Schedule, TokenBucket};
 
 pub use crate::settings::parse_duration;
 pub use config::{DEFAULT_DEBOUNCE, ReloadConfig};
 use discovery::*;
 pub use metrics::{DecisionLabels, ReloadMetrics, RolloutLabels};
+use recreate::*;
 use watches::*;
 use worker::*;
 
-/// A workload object of one of the four kinds, owned.
+/// A workload object of one of the kinds, owned.
 // Always kept behind an `Arc`, so the size of the largest variant costs nothing when moved.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
@@ -99,6 +114,8 @@ enum Owned {
     StatefulSet(StatefulSet),
     DaemonSet(DaemonSet),
     CronJob(CronJob),
+    Job(Job),
+    Rollout(Rollout),
 }
 
 impl Owned {
@@ -108,6 +125,8 @@ impl Owned {
             Owned::StatefulSet(w) => w.into(),
             Owned::DaemonSet(w) => w.into(),
             Owned::CronJob(w) => w.into(),
+            Owned::Job(w) => w.into(),
+            Owned::Rollout(w) => w.into(),
         }
     }
 
@@ -131,6 +150,8 @@ impl Owned {
             WorkloadKind::StatefulSet => Owned::StatefulSet(serde_json::from_value(value)?),
             WorkloadKind::DaemonSet => Owned::DaemonSet(serde_json::from_value(value)?),
             WorkloadKind::CronJob => Owned::CronJob(serde_json::from_value(value)?),
+            WorkloadKind::Job => Owned::Job(serde_json::from_value(value)?),
+            WorkloadKind::Rollout => Owned::Rollout(serde_json::from_value(value)?),
         })
     }
 
@@ -175,6 +196,15 @@ const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-config
 /// (kind, namespace, name) of a ConfigMap/Secret.
 type ConfigId = (ConfigKind, String, String);
 
+/// The API resources the controller found served at start-up.
+#[derive(Debug, Clone, Default)]
+struct Served {
+    /// Workload kinds.
+    workloads: HashMap<WorkloadKind, ApiResource>,
+    /// `SecretProviderClassPodStatus` and `SecretProviderClass` (CSI integration).
+    providers: Option<(ApiResource, ApiResource)>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     index: ConsumerIndex,
@@ -190,6 +220,10 @@ struct State {
     resources: HashMap<WorkloadKind, ApiResource>,
     /// Deployments paused by a `pause-period`, and when to resume them.
     resumes: HashMap<ObjectRef, Instant>,
+    /// Jobs being re-created: the replacement, kept until it is created.
+    recreations: HashMap<ObjectRef, Recreation>,
+    /// What pods mounted from SecretProviderClasses, and the classes' annotations.
+    providers: ProviderStore,
 }
 
 /// What the opt-in rules read of one namespace's configs for one workload, taken from the shared
@@ -200,11 +234,16 @@ struct NamespaceView {
     names: Vec<(ConfigKind, String)>,
     /// Configs that exist and fail `--resource-label-selector`.
     unselected: BTreeSet<(ConfigKind, String)>,
+    /// SecretProviderClasses' annotations (CSI integration).
+    provider_annotations: HashMap<String, BTreeMap<String, String>>,
+    /// Every SecretProviderClass of the namespace, when a `reload` list holds a regex.
+    provider_names: Vec<String>,
 }
 
 impl NamespaceView {
     fn of(
         configs: &ConfigWatches,
+        providers: &ProviderStore,
         namespace: &str,
         entry: &crate::index::IndexedWorkload,
         selector: &Selector,
@@ -243,10 +282,35 @@ impl NamespaceView {
                 unselected.insert((kind, name.to_owned()));
             }
         }
+        let mut provider_names = Vec::new();
+        let mut provider_annotations = HashMap::new();
+        if !providers.is_empty() {
+            if entry.opt_in.has_regex_patterns() {
+                provider_names = providers.class_names(namespace);
+            }
+            let named = entry
+                .opt_in
+                .named_provider_patterns()
+                .iter()
+                .filter_map(|p| p.as_literal());
+            let wanted = entry
+                .providers
+                .iter()
+                .map(String::as_str)
+                .chain(named)
+                .chain(provider_names.iter().map(String::as_str));
+            for name in wanted {
+                if let Some(a) = providers.class_annotations(namespace, name) {
+                    provider_annotations.insert(name.to_owned(), a.clone());
+                }
+            }
+        }
         NamespaceView {
             annotations,
             names,
             unselected,
+            provider_annotations,
+            provider_names,
         }
     }
 }
@@ -262,6 +326,14 @@ impl NamespaceConfigs for NamespaceView {
 
     fn selected(&self, kind: ConfigKind, name: &str) -> bool {
         !self.unselected.contains(&(kind, name.to_owned()))
+    }
+
+    fn provider_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.provider_annotations.get(name)
+    }
+
+    fn provider_names(&self) -> Vec<&str> {
+        self.provider_names.iter().map(String::as_str).collect()
     }
 }
 
@@ -367,9 +439,9 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         });
     }
     let mut backoff = Policy::STARTUP.backoff();
-    let resources = loop {
+    let served = loop {
         conflux_runtime::client::wait_apiserver_ready(&ctx.client, "reload").await;
-        match discover(&ctx.client).await {
+        match discover(&ctx.client, &ctx.config).await {
             Ok(found) => break found,
             Err(err) => {
                 warn!(reason = err.reason(), error = %err, "reload: API discovery failed; retrying");
@@ -378,7 +450,8 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         }
     };
     discovered.store(true, std::sync::atomic::Ordering::Release);
-    let resources: HashMap<WorkloadKind, ApiResource> = resources
+    let resources: HashMap<WorkloadKind, ApiResource> = served
+        .workloads
         .into_iter()
         .filter(|(kind, _)| {
             let ignored = ctx.config.ignored_kinds.contains(kind);
@@ -410,6 +483,39 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         ));
         let sub = configs.informer::<Secret>().subscribe("reload Secret");
         tasks.spawn(watch_configs::<Secret>(ctx.clone(), sub, workers.clone()));
+    }
+    if let Some((statuses, classes)) = served.providers {
+        let api = |ar: &ApiResource| -> Api<DynamicObject> {
+            match &ctx.config.namespace {
+                Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, ar),
+                None => Api::all_with(ctx.client.clone(), ar),
+            }
+        };
+        let config = kube::runtime::watcher::Config::default;
+        let informer: Informer<DynamicObject> = runtime.informer_with(
+            api(&statuses),
+            config(),
+            statuses.clone(),
+            "SecretProviderClassPodStatus",
+            &health,
+        );
+        let sub = informer.subscribe("reload");
+        tasks.spawn(watch_provider_statuses(
+            ctx.clone(),
+            sub,
+            statuses,
+            workers.clone(),
+        ));
+        let informer: Informer<DynamicObject> = runtime.informer_with(
+            api(&classes),
+            config(),
+            classes.clone(),
+            "SecretProviderClass",
+            &health,
+        );
+        let sub = informer.subscribe("reload");
+        tasks.spawn(watch_provider_classes(ctx.clone(), sub, workers.clone()));
+        expected += 2;
     }
     for (kind, ar) in resources {
         let api: Api<DynamicObject> = match &ctx.config.namespace {

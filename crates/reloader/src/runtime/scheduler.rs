@@ -6,14 +6,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use watch_index::refs::{ConfigKind, ObjectRef};
+use watch_index::refs::ObjectRef;
+
+use crate::source::SourceKind;
 
 /// Why a workload is waiting for evaluation, and when it is due.
 #[derive(Debug, Clone)]
 pub(crate) struct Pending {
     pub(crate) due: Instant,
     /// The configs whose events scheduled it (for the Event note; names only).
-    pub(crate) causes: BTreeSet<(ConfigKind, String)>,
+    pub(crate) causes: BTreeSet<(SourceKind, String)>,
     /// Whether a rollout may happen at evaluation: the change was first noticed at least one
     /// coalescing window before `due`. A workload event (added, updated) alone is evaluated at
     /// once, and a content change found then waits one window, like a config event.
@@ -40,7 +42,7 @@ impl Schedule {
         object: ObjectRef,
         due: Instant,
         deadline: Instant,
-        cause: Option<(ConfigKind, String)>,
+        cause: Option<(SourceKind, String)>,
     ) {
         match self.pending.entry(object) {
             std::collections::hash_map::Entry::Occupied(mut entry) => {
@@ -72,7 +74,7 @@ impl Schedule {
         &mut self,
         object: ObjectRef,
         due: Instant,
-        causes: &BTreeSet<(ConfigKind, String)>,
+        causes: &BTreeSet<(SourceKind, String)>,
     ) {
         let entry = self.pending.entry(object).or_insert_with(|| Pending {
             due,
@@ -185,7 +187,7 @@ mod tests {
             object.clone(),
             at + window,
             at + max,
-            Some((ConfigKind::ConfigMap, name.into())),
+            Some((SourceKind::ConfigMap, name.into())),
         );
     }
 

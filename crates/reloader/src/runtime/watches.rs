@@ -1,5 +1,7 @@
 //! Observe: the workload watches keep the consumer index and the workload cache current; the
-//! config watches schedule the workloads that consume a changed ConfigMap or Secret.
+//! config watches schedule the workloads that consume a changed ConfigMap or Secret; with the CSI
+//! integration, the SecretProviderClassPodStatus and SecretProviderClass watches keep the
+//! provider store current and schedule the workloads that mount a class whose content changed.
 
 use super::*;
 
@@ -85,6 +87,21 @@ pub(super) async fn on_workload(
                     .iter()
                     .map(|p| (p.reason(), p.to_string())),
             );
+            if let Owned::Rollout(r) = &*owned
+                && r.spec.template.is_none()
+            {
+                let err = Error::NoPodTemplate {
+                    kind: WorkloadKind::Rollout,
+                    name: object.name.to_string(),
+                    hint: if r.spec.workload_ref.is_some() {
+                        " (it uses spec.workloadRef: put the reload annotations on the \
+                         referenced Deployment, whose template change Argo rolls out)"
+                    } else {
+                        ""
+                    },
+                };
+                problems.push((err.reason(), err.to_string()));
+            }
             state.workloads.insert(object.clone(), owned.clone());
             let now = Instant::now();
             state.pending.schedule(object.clone(), now, now, None);
@@ -265,9 +282,165 @@ pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::Objec
         let deadline = now + ctx.config.debounce_max.max(debounce);
         state
             .pending
-            .schedule(object, due, deadline, Some((kind, name.clone())));
+            .schedule(object, due, deadline, Some((kind.into(), name.clone())));
     }
     ctx.update_gauges(&state);
     drop(state);
     ctx.wake.notify_one();
+}
+
+/// Schedules, after their coalescing window, the workloads that mount (or name) the
+/// SecretProviderClass `class` of `namespace`, whose content or annotations changed.
+fn schedule_provider_consumers(ctx: &Context, state: &mut State, namespace: &str, class: &str) {
+    if !ctx.serves(namespace) {
+        return;
+    }
+    let annotations = state.providers.class_annotations(namespace, class).cloned();
+    let hits: Vec<ObjectRef> = state
+        .index
+        .lookup_provider(namespace, class, annotations.as_ref())
+        .into_iter()
+        .map(|hit| hit.workload.clone())
+        .collect();
+    if hits.is_empty() {
+        return;
+    }
+    debug!(%namespace, secret_provider_class = %class, workloads = hits.len(), "reload: SecretProviderClass changed");
+    let now = Instant::now();
+    for object in hits {
+        let debounce = state
+            .workloads
+            .get(&object)
+            .and_then(|w| Context::settings(w).debounce)
+            .unwrap_or(ctx.config.debounce);
+        let due = now + debounce;
+        let deadline = now + ctx.config.debounce_max.max(debounce);
+        let cause = (SourceKind::SecretProviderClass, class.to_owned());
+        state.pending.schedule(object, due, deadline, Some(cause));
+    }
+}
+
+/// Follows the CSI driver's SecretProviderClassPodStatuses (one per pod and class): what each
+/// pod mounted. The initial list fills the store (the baseline: workloads are evaluated on their
+/// own first sight); later writes that change a class's content schedule its workloads. A status
+/// conflux cannot read is reported once (a Warning Event on it) and does not count.
+pub(super) async fn watch_provider_statuses(
+    ctx: Arc<Context>,
+    mut sub: conflux_runtime::Subscription<DynamicObject>,
+    ar: ApiResource,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    while let Some(change) = sub.recv().await {
+        let (obj, deleted, initial) = match change {
+            Change::InitDone => {
+                listed.add_permits(1);
+                continue;
+            }
+            Change::Initial(obj) => (obj, false, true),
+            Change::Applied(obj) => (obj, false, false),
+            Change::Deleted(obj) => (obj, true, false),
+            _ => continue,
+        };
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let key = format!("SecretProviderClassPodStatus {namespace}/{name}");
+        let mount = if deleted {
+            None
+        } else {
+            match crate::source::ProviderMount::from_status(&name, &obj.data) {
+                Ok(mount) => {
+                    ctx.problems.resolve(&key);
+                    Some(mount)
+                }
+                Err(err) => {
+                    let reference = ObjectReference {
+                        api_version: Some(ar.api_version.clone()),
+                        kind: Some(ar.kind.clone()),
+                        namespace: Some(namespace.clone()),
+                        name: Some(name.clone()),
+                        uid: obj.metadata.uid.clone(),
+                        ..ObjectReference::default()
+                    };
+                    ctx.problems
+                        .report(
+                            &ctx.recorder,
+                            &reference,
+                            &key,
+                            err.reason(),
+                            &format!("{err}; this pod's mount is not counted"),
+                            "Reload",
+                            "reload: unreadable SecretProviderClassPodStatus",
+                        )
+                        .await;
+                    None
+                }
+            }
+        };
+        if deleted {
+            ctx.problems.resolve(&key);
+        }
+        let rv = obj.metadata.resource_version.clone();
+        let mut state = ctx.state();
+        let changed = state.providers.changed_by(&namespace, |store| {
+            store.apply_status(&namespace, &name, rv.as_deref(), mount)
+        });
+        if initial || changed.is_empty() {
+            continue;
+        }
+        for class in &changed {
+            schedule_provider_consumers(&ctx, &mut state, &namespace, class);
+        }
+        ctx.update_gauges(&state);
+        drop(state);
+        ctx.wake.notify_one();
+    }
+}
+
+/// Follows SecretProviderClasses: their annotations (`ignore`, `match`) decide what is watched,
+/// and their names what a `reload` regex matches. A change schedules the workloads that mount or
+/// name the class (a membership change moves their baselines).
+pub(super) async fn watch_provider_classes(
+    ctx: Arc<Context>,
+    mut sub: conflux_runtime::Subscription<DynamicObject>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    while let Some((change, previous)) = sub.recv_with_previous().await {
+        let (obj, deleted, initial) = match change {
+            Change::InitDone => {
+                listed.add_permits(1);
+                continue;
+            }
+            Change::Initial(obj) => (obj, false, true),
+            Change::Applied(obj) => (obj, false, false),
+            Change::Deleted(obj) => (obj, true, false),
+            _ => continue,
+        };
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let mut state = ctx.state();
+        let before = state
+            .providers
+            .class_annotations(&namespace, &name)
+            .cloned();
+        if deleted {
+            state.providers.delete_class(&namespace, &name);
+        } else {
+            let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+            state.providers.apply_class(&namespace, &name, annotations);
+        }
+        let unchanged = !deleted
+            && previous.is_some()
+            && before
+                == state
+                    .providers
+                    .class_annotations(&namespace, &name)
+                    .cloned();
+        if initial || unchanged {
+            continue;
+        }
+        schedule_provider_consumers(&ctx, &mut state, &namespace, &name);
+        ctx.update_gauges(&state);
+        drop(state);
+        ctx.wake.notify_one();
+    }
 }

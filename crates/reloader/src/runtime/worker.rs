@@ -7,9 +7,10 @@ use super::*;
 pub(super) async fn worker(ctx: Arc<Context>, configs: ConfigWatches) {
     loop {
         let now = Instant::now();
-        let (due, next, resumes) = {
+        let (due, next, resumes, recreations) = {
             let mut state = ctx.state();
             let (due, next) = state.pending.take_due(now);
+            let recreations = due_recreations(&state, now);
             let resumes: Vec<ObjectRef> = state
                 .resumes
                 .iter()
@@ -21,14 +22,18 @@ pub(super) async fn worker(ctx: Arc<Context>, configs: ConfigWatches) {
             }
             let next_resume = state.resumes.values().min().copied();
             ctx.update_gauges(&state);
-            let next = match (next, next_resume) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            (due, next, resumes)
+            let next = [next, next_resume, next_recreation(&state)]
+                .into_iter()
+                .flatten()
+                .filter(|at| *at > now)
+                .min();
+            (due, next, resumes, recreations)
         };
         for object in resumes {
             resume(&ctx, &object).await;
+        }
+        for object in recreations {
+            attempt(&ctx, &object).await;
         }
         if due.is_empty() {
             let sleep = next.unwrap_or_else(|| now + Duration::from_secs(3600));
@@ -47,7 +52,10 @@ pub(super) struct Plan {
     object: ObjectRef,
     workload: Arc<Owned>,
     watch: Watch,
-    causes: BTreeSet<(ConfigKind, String)>,
+    /// What its pods mounted from each SecretProviderClass it watches (CSI integration), taken
+    /// from the provider store when the plan was made.
+    mounts: HashMap<String, Vec<ProviderObject>>,
+    causes: BTreeSet<(SourceKind, String)>,
     window_passed: bool,
 }
 
@@ -81,15 +89,31 @@ pub(super) async fn evaluate(
                 let workload = state.workloads.get(&object)?.clone();
                 let view = NamespaceView::of(
                     configs,
+                    &state.providers,
                     object.namespace.as_ref(),
                     entry,
                     &ctx.config.config_selector,
                 );
-                let watch = watch(&entry.consumers, &entry.opt_in, ctx.config.options, &view);
+                let watch = watch_with_providers(
+                    &entry.consumers,
+                    &entry.providers,
+                    &entry.opt_in,
+                    ctx.config.options,
+                    &view,
+                );
+                let mounts = watch
+                    .providers
+                    .iter()
+                    .filter_map(|p| {
+                        let objects = state.providers.latest(&object.namespace, &p.name)?;
+                        Some((p.name.clone(), objects.to_vec()))
+                    })
+                    .collect();
                 Some(Plan {
                     object,
                     workload,
                     watch,
+                    mounts,
                     causes: pending.causes,
                     window_passed: pending.window_passed,
                 })
@@ -167,12 +191,14 @@ pub(super) async fn decide_and_act(
         fail(ctx, &plan, err).await;
         return;
     }
-    let hash = content_hash(&plan.watch, |kind, name| {
-        match fetched.get(&(kind, ns.clone(), name.to_owned())) {
+    let hash = content_hash_with_providers(
+        &plan.watch,
+        |kind, name| match fetched.get(&(kind, ns.clone(), name.to_owned())) {
             Some(Ok(Some(f))) => Some(f.data()),
             _ => None,
-        }
-    });
+        },
+        |name| plan.mounts.get(name).map(Vec::as_slice),
+    );
     let Some(state) = WorkloadState::of(plan.workload.workload()) else {
         return;
     };
@@ -227,7 +253,21 @@ pub(super) async fn decide_and_act(
             ctx.count("rollout");
             let patch = patch.reloaded_from(&state, unix_now());
             let mut why = describe(&patch.changes, &plan.causes);
+            if let Owned::Job(job) = &*plan.workload {
+                // Re-created: `recreate` reports the outcome (its Event names the new Job).
+                let uid = job.metadata.uid.as_deref();
+                if let Err(err) = start_recreation(ctx, &plan.object, uid, &patch, why).await {
+                    fail(ctx, &plan, err).await;
+                }
+                return;
+            }
+            let restart = matches!(&*plan.workload, Owned::Rollout(_))
+                && Context::settings(&plan.workload).rollout_strategy == RolloutStrategy::Restart;
             let result = match pause(ctx, &plan).await {
+                Ok(_) if restart => {
+                    why.push_str("; restarted (spec.restartAt)");
+                    restart_rollout(ctx, &plan, &patch).await
+                }
                 Ok(Some(period)) => {
                     why.push_str(&format!("; paused for {}s", period.as_secs()));
                     apply(ctx, &plan, patch).await
@@ -364,6 +404,47 @@ async fn merge_patch(
     Ok(())
 }
 
+/// Reloader's `rollout-strategy: restart` for an Argo Rollout: one JSON merge patch (field
+/// manager [`FIELD_MANAGER`]) of `spec.restartAt` (now) and the baseline; the pod template is
+/// left alone. The response is kept, like [`apply`]'s.
+async fn restart_rollout(ctx: &Context, plan: &Plan, patch: &WorkloadPatch) -> Result<()> {
+    let kind = WorkloadKind::Rollout;
+    let ar = ctx.state().resources.get(&kind).cloned();
+    let Some(ar) = ar else {
+        return Err(Error::KindNotServed { kind });
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &plan.object.namespace, &ar);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    let body = patch.restart_body(&crate::settings::format_rfc3339(unix_now()));
+    let written = api
+        .patch(&plan.object.name, &params, &Patch::Merge(&body))
+        .await
+        .map_err(conflux_runtime::Error::api(format!(
+            "restarting Rollout {}",
+            plan.object
+        )))?;
+    keep_written(ctx, &plan.object, kind, written);
+    Ok(())
+}
+
+/// Keeps a patch response as the cached workload, unless the cache already holds a newer one.
+fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, written: DynamicObject) {
+    if let Ok(owned) = Owned::from_dynamic(kind, written) {
+        let mut state = ctx.state();
+        let newer = state
+            .workloads
+            .get(object)
+            .is_some_and(|cached| !owned.is_older_than(cached));
+        if newer {
+            state.workloads.insert(object.clone(), Arc::new(owned));
+        }
+    }
+}
+
 /// The seconds since the Unix epoch (Reloader's `observedAt`).
 pub(super) fn unix_now() -> i64 {
     std::time::SystemTime::now()
@@ -374,7 +455,7 @@ pub(super) fn unix_now() -> i64 {
 
 /// What a rollout answers, for its Event and log line: the changed configs and the keys that
 /// changed, or the configs whose events scheduled it when the changes are not known.
-fn describe(changes: &[ConfigChange], causes: &BTreeSet<(ConfigKind, String)>) -> String {
+fn describe(changes: &[ConfigChange], causes: &BTreeSet<(SourceKind, String)>) -> String {
     if !changes.is_empty() {
         let parts: Vec<String> = changes.iter().map(ToString::to_string).collect();
         return parts.join("; ");
@@ -476,16 +557,7 @@ pub(super) async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> R
             "applying {kind} {}",
             plan.object
         )))?;
-    if let Ok(owned) = Owned::from_dynamic(kind, written) {
-        let mut state = ctx.state();
-        let newer = state
-            .workloads
-            .get(&plan.object)
-            .is_some_and(|cached| !owned.is_older_than(cached));
-        if newer {
-            state.workloads.insert(plan.object.clone(), Arc::new(owned));
-        }
-    }
+    keep_written(ctx, &plan.object, kind, written);
     Ok(())
 }
 
