@@ -1,6 +1,7 @@
 //! Hostile input (issue 11): Reloader and wave annotations (any annotation map, `reload` lists
 //! full of regex syntax) and whole workloads through the reload audit never panic, and the
-//! decisions stay consistent.
+//! decisions stay consistent. So do the secrets-store CSI driver's statuses and the Jobs the
+//! controller re-creates.
 //!
 //! Every property runs a fixed number of cases from a fixed seed and prints
 //! `property <name>: <cases> cases, seed <n>` past libtest's capture, so CI logs show what ran
@@ -229,6 +230,8 @@ fn workload_objects() -> impl Strategy<Value = Vec<serde_json::Value>> {
             ("apps/v1", "StatefulSet"),
             ("apps/v1", "DaemonSet"),
             ("batch/v1", "CronJob"),
+            ("batch/v1", "Job"),
+            ("argoproj.io/v1alpha1", "Rollout"),
             ("v1", "ConfigMap"),
             ("v1", "Secret"),
         ][..],
@@ -322,4 +325,87 @@ fn reload_lists_huge_inputs() {
         );
         let _ = opt_in.problems();
     }
+}
+
+/// Any JSON, shallow, with the keys a SecretProviderClassPodStatus and a Job have.
+fn any_json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any_text(8).prop_map(Value::from),
+    ];
+    let key = prop::sample::select(
+        &[
+            "status",
+            "secretProviderClassName",
+            "objects",
+            "id",
+            "version",
+            "spec",
+            "template",
+            "selector",
+            "manualSelector",
+            "metadata",
+            "labels",
+            "controller-uid",
+            "x",
+        ][..],
+    )
+    .prop_map(String::from);
+    leaf.prop_recursive(4, 32, 4, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(key.clone(), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+#[test]
+fn provider_statuses_and_job_replacements_hostile() {
+    use reloader::job::{GENERATED_LABELS, replacement};
+    use reloader::patch::{WorkloadPatch, WorkloadState};
+    use reloader::source::ProviderMount;
+    check(
+        "provider_statuses_and_job_replacements_hostile",
+        20_000,
+        0x5e10_ade5_0004,
+        (any_json(), any_json(), annotation_map()),
+        |(status, spec, labels)| {
+            // A status of any shape: read or refused with its stable reason, never a panic.
+            for object in [status.clone(), json!({"status": status})] {
+                match ProviderMount::from_status("s", &object) {
+                    Ok(mount) => {
+                        prop_assert!(!mount.class.is_empty());
+                        prop_assert!(mount.objects.windows(2).all(|w| w[0] <= w[1]));
+                    }
+                    Err(err) => prop_assert_eq!(err.reason(), "InvalidProviderStatus"),
+                }
+            }
+            // A Job of any shape that deserialises: its replacement keeps nothing generated.
+            let object = json!({"metadata": {"name": "j", "namespace": "ns", "uid": "u",
+                "resourceVersion": "1", "labels": labels}, "spec": spec, "status": {"active": 1}});
+            let Ok(job) = serde_json::from_value::<k8s_openapi::api::batch::v1::Job>(object) else {
+                return Ok(());
+            };
+            let Some(state) = WorkloadState::of((&job).into()) else {
+                return Ok(());
+            };
+            match replacement(&job, &WorkloadPatch::keep(&state, "v2;x")) {
+                Ok(new) => {
+                    prop_assert!(new.metadata.uid.is_none() && new.status.is_none());
+                    let spec = new.spec.as_ref().expect("a replacement has a spec");
+                    if spec.manual_selector != Some(true) {
+                        prop_assert!(spec.selector.is_none());
+                        let labels = new.metadata.labels.clone().unwrap_or_default();
+                        prop_assert!(GENERATED_LABELS.iter().all(|l| !labels.contains_key(*l)));
+                    }
+                }
+                Err(err) => prop_assert_eq!(err.reason(), "JobNotRecreatable"),
+            }
+            Ok(())
+        },
+    );
 }
