@@ -167,6 +167,29 @@ async fn pods_of(client: &Client, ns: &str, uid: &str) -> usize {
         .unwrap_or_default()
 }
 
+/// The ConfigMaps and Secrets the Jobs of `jobs_are_recreated_when_what_they_read_changes`
+/// read, every value `value`.
+async fn job_configs(client: &Client, ns: &str, value: &str) {
+    apply_cm(
+        client,
+        ns,
+        "job-cm",
+        json!({"JOB_CONFIG": value}),
+        json!({}),
+    )
+    .await;
+    apply_cm(
+        client,
+        ns,
+        "key-cm",
+        json!({"config_key": value}),
+        json!({}),
+    )
+    .await;
+    apply_secret(client, ns, "job-secret", json!({"JOB_SECRET": value})).await;
+    apply_secret(client, ns, "key-secret", json!({"secret_key": value})).await;
+}
+
 /// Mirrors Reloader's `test/e2e/advanced/job_reload_test.go` ("Job Workload Recreation Tests":
 /// ConfigMap and Secret `envFrom` with the named `reload` annotations, `auto`, and
 /// `valueFrom.configMapKeyRef` / `secretKeyRef`): each Job is re-created (a new uid) when what it
@@ -176,24 +199,7 @@ async fn jobs_are_recreated_when_what_they_read_changes() {
     let cluster = cluster();
     let client = cluster.client().await;
     let ns = cluster.namespace(&client, "kinds-jobs").await;
-    apply_cm(
-        &client,
-        &ns,
-        "job-cm",
-        json!({"JOB_CONFIG": "initial"}),
-        json!({}),
-    )
-    .await;
-    apply_cm(
-        &client,
-        &ns,
-        "key-cm",
-        json!({"config_key": "initial"}),
-        json!({}),
-    )
-    .await;
-    apply_secret(&client, &ns, "job-secret", json!({"JOB_SECRET": "initial"})).await;
-    apply_secret(&client, &ns, "key-secret", json!({"secret_key": "initial"})).await;
+    job_configs(&client, &ns, "initial").await;
     let jobs = [
         job(
             "cm-envfrom",
@@ -262,24 +268,7 @@ async fn jobs_are_recreated_when_what_they_read_changes() {
     assert_eq!(rollouts_of(&conflux, WorkloadKind::Job, "success"), 0);
 
     let evaluated = conflux.evaluations();
-    apply_cm(
-        &client,
-        &ns,
-        "job-cm",
-        json!({"JOB_CONFIG": "updated"}),
-        json!({}),
-    )
-    .await;
-    apply_cm(
-        &client,
-        &ns,
-        "key-cm",
-        json!({"config_key": "updated"}),
-        json!({}),
-    )
-    .await;
-    apply_secret(&client, &ns, "job-secret", json!({"JOB_SECRET": "updated"})).await;
-    apply_secret(&client, &ns, "key-secret", json!({"secret_key": "updated"})).await;
+    job_configs(&client, &ns, "updated").await;
     for (name, old_uid, old_baseline) in &before {
         let new = wait_recreated(&client, &ns, name, old_uid).await;
         let annotations = new.metadata.annotations.clone().unwrap_or_default();

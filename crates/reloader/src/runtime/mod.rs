@@ -179,6 +179,24 @@ impl Owned {
     }
 }
 
+/// An Event target.
+fn reference_to(
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    uid: Option<String>,
+) -> ObjectReference {
+    ObjectReference {
+        api_version: Some(api_version.to_owned()),
+        kind: Some(kind.to_owned()),
+        namespace: Some(namespace.to_owned()),
+        name: Some(name.to_owned()),
+        uid,
+        ..ObjectReference::default()
+    }
+}
+
 /// A Deployment's `spec.paused` and its `paused-at` annotation.
 fn pause_state(d: &Deployment) -> (bool, Option<&str>) {
     let paused_at = d

@@ -103,16 +103,8 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
             ctx.problems.resolve(&key);
             ctx.problems.resolve(&object.to_string());
             count_rollout(ctx, "success");
-            let uid = job.metadata.uid.clone();
             info!(workload = %object, %why, "reload: Job re-created");
-            let reference = ObjectReference {
-                api_version: Some("batch/v1".to_owned()),
-                kind: Some("Job".to_owned()),
-                namespace: Some(object.namespace.to_string()),
-                name: Some(object.name.to_string()),
-                uid,
-                ..ObjectReference::default()
-            };
+            let reference = job_reference(object, job.metadata.uid.clone());
             publish(
                 &ctx.recorder,
                 &reference,
@@ -135,13 +127,7 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
         Err(err) => {
             retry_later(ctx, object);
             count_rollout(ctx, "error");
-            let reference = ObjectReference {
-                api_version: Some("batch/v1".to_owned()),
-                kind: Some("Job".to_owned()),
-                namespace: Some(object.namespace.to_string()),
-                name: Some(object.name.to_string()),
-                ..ObjectReference::default()
-            };
+            let reference = job_reference(object, None);
             ctx.problems
                 .report(
                     &ctx.recorder,
@@ -155,6 +141,11 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
                 .await;
         }
     }
+}
+
+/// The Event target for the Job `object` (the new one when `uid` is given).
+fn job_reference(object: &ObjectRef, uid: Option<String>) -> ObjectReference {
+    reference_to("batch/v1", "Job", &object.namespace, &object.name, uid)
 }
 
 fn count_rollout(ctx: &Context, result: &str) {

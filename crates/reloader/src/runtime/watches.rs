@@ -270,20 +270,7 @@ pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::Objec
         return;
     }
     debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
-    let now = Instant::now();
-    for object in hits {
-        // The workload's own window (`conflux.dev/reload-debounce`), else the flag's.
-        let debounce = state
-            .workloads
-            .get(&object)
-            .and_then(|w| Context::settings(w).debounce)
-            .unwrap_or(ctx.config.debounce);
-        let due = now + debounce;
-        let deadline = now + ctx.config.debounce_max.max(debounce);
-        state
-            .pending
-            .schedule(object, due, deadline, Some((kind.into(), name.clone())));
-    }
+    schedule_after_window(ctx, &mut state, hits, (kind.into(), name));
     ctx.update_gauges(&state);
     drop(state);
     ctx.wake.notify_one();
@@ -306,8 +293,20 @@ fn schedule_provider_consumers(ctx: &Context, state: &mut State, namespace: &str
         return;
     }
     debug!(%namespace, secret_provider_class = %class, workloads = hits.len(), "reload: SecretProviderClass changed");
+    let cause = (SourceKind::SecretProviderClass, class.to_owned());
+    schedule_after_window(ctx, state, hits, cause);
+}
+
+/// Schedules `hits` for evaluation after their coalescing window, for `cause`.
+fn schedule_after_window(
+    ctx: &Context,
+    state: &mut State,
+    hits: Vec<ObjectRef>,
+    cause: (SourceKind, String),
+) {
     let now = Instant::now();
     for object in hits {
+        // The workload's own window (`conflux.dev/reload-debounce`), else the flag's.
         let debounce = state
             .workloads
             .get(&object)
@@ -315,8 +314,27 @@ fn schedule_provider_consumers(ctx: &Context, state: &mut State, namespace: &str
             .unwrap_or(ctx.config.debounce);
         let due = now + debounce;
         let deadline = now + ctx.config.debounce_max.max(debounce);
-        let cause = (SourceKind::SecretProviderClass, class.to_owned());
-        state.pending.schedule(object, due, deadline, Some(cause));
+        state
+            .pending
+            .schedule(object, due, deadline, Some(cause.clone()));
+    }
+}
+
+/// A change of a dynamic watch as (object, deleted, part of the initial list); `None` for the
+/// end of the initial list, which releases one `listed` permit.
+fn split(
+    change: Change<DynamicObject>,
+    listed: &tokio::sync::Semaphore,
+) -> Option<(Arc<DynamicObject>, bool, bool)> {
+    match change {
+        Change::Initial(obj) => Some((obj, false, true)),
+        Change::Applied(obj) => Some((obj, false, false)),
+        Change::Deleted(obj) => Some((obj, true, false)),
+        Change::InitDone => {
+            listed.add_permits(1);
+            None
+        }
+        _ => None,
     }
 }
 
@@ -331,15 +349,8 @@ pub(super) async fn watch_provider_statuses(
     listed: Arc<tokio::sync::Semaphore>,
 ) {
     while let Some(change) = sub.recv().await {
-        let (obj, deleted, initial) = match change {
-            Change::InitDone => {
-                listed.add_permits(1);
-                continue;
-            }
-            Change::Initial(obj) => (obj, false, true),
-            Change::Applied(obj) => (obj, false, false),
-            Change::Deleted(obj) => (obj, true, false),
-            _ => continue,
+        let Some((obj, deleted, initial)) = split(change, &listed) else {
+            continue;
         };
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
@@ -353,14 +364,13 @@ pub(super) async fn watch_provider_statuses(
                     Some(mount)
                 }
                 Err(err) => {
-                    let reference = ObjectReference {
-                        api_version: Some(ar.api_version.clone()),
-                        kind: Some(ar.kind.clone()),
-                        namespace: Some(namespace.clone()),
-                        name: Some(name.clone()),
-                        uid: obj.metadata.uid.clone(),
-                        ..ObjectReference::default()
-                    };
+                    let reference = reference_to(
+                        &ar.api_version,
+                        &ar.kind,
+                        &namespace,
+                        &name,
+                        obj.metadata.uid.clone(),
+                    );
                     ctx.problems
                         .report(
                             &ctx.recorder,
@@ -405,15 +415,8 @@ pub(super) async fn watch_provider_classes(
     listed: Arc<tokio::sync::Semaphore>,
 ) {
     while let Some((change, previous)) = sub.recv_with_previous().await {
-        let (obj, deleted, initial) = match change {
-            Change::InitDone => {
-                listed.add_permits(1);
-                continue;
-            }
-            Change::Initial(obj) => (obj, false, true),
-            Change::Applied(obj) => (obj, false, false),
-            Change::Deleted(obj) => (obj, true, false),
-            _ => continue,
+        let Some((obj, deleted, initial)) = split(change, &listed) else {
+            continue;
         };
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();

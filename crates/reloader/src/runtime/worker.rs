@@ -570,12 +570,11 @@ pub(super) fn reference(ctx: &Context, object: &ObjectRef, workload: &Owned) -> 
         .get(&w.kind())
         .map(|ar| ar.api_version.clone())
         .unwrap_or_else(|| w.kind().api_version().to_owned());
-    ObjectReference {
-        api_version: Some(api_version),
-        kind: Some(object.kind.to_string()),
-        namespace: Some(object.namespace.to_string()),
-        name: Some(object.name.to_string()),
-        uid: w.metadata().uid.clone(),
-        ..ObjectReference::default()
-    }
+    reference_to(
+        &api_version,
+        &object.kind,
+        &object.namespace,
+        &object.name,
+        w.metadata().uid.clone(),
+    )
 }
