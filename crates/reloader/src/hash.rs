@@ -30,7 +30,7 @@
 //! SecretProviderClasses (secrets-store CSI integration) follow the ConfigMaps and Secrets, with
 //! kind byte 2: `u8(2) lp(name)`, then `u8(0)` while no pod's mount is recorded, or `u8(1) u64(n)`
 //! and per mounted object, sorted by id, `lp(id) lp(version)` (see
-//! [`ProviderObject`](crate::source::ProviderObject)). In the watched-set encoding a
+//! [`ProviderObject`]). In the watched-set encoding a
 //! SecretProviderClass is `u8(2) lp(name) u8(1) u8(0)` (optional, whole). Workloads that watch
 //! none hash exactly as before.
 //!
