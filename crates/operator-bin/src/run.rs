@@ -178,7 +178,7 @@ pub struct RunArgs {
     pub reload_on_delete: bool,
 
     /// How a rollout changes the pod template: `annotations` (conflux.dev/config-hash) or
-    /// `env-vars` (Reloader's STAKATER_<NAME>_<KIND> variables, Reloader's default).
+    /// `env-vars` (Reloader's `STAKATER_<NAME>_<KIND>` variables, Reloader's default).
     #[arg(long, value_enum, default_value = "annotations")]
     pub reload_strategy: ReloadStrategyArg,
 
@@ -328,7 +328,7 @@ impl ProtectModeArg {
 pub enum ReloadStrategyArg {
     /// The pod-template annotation conflux.dev/config-hash.
     Annotations,
-    /// Reloader's STAKATER_<NAME>_<KIND> variables.
+    /// Reloader's `STAKATER_<NAME>_<KIND>` variables.
     EnvVars,
 }
 
