@@ -23,9 +23,9 @@
 //! Files: `config_sync` (the ConfigSync controller), `kopy` (the kopy controllers), `fan_out`
 //! (the fan-out both run); this one holds the settings, the shared context and the wiring.
 
+mod annotated;
 mod config_sync;
 mod fan_out;
-mod kopy;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -61,12 +61,13 @@ use crate::ownership::{
 };
 use crate::status::SyncOutcome;
 use crate::{
-    ConfigSync, Error, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion, plan_sync,
+    ConfigSync, Error, FanOut, NamespaceView, Selection, SourceKind, SourceRef, Step,
+    plan_deletion, plan_sync,
 };
+use annotated::*;
 use config_sync::*;
 use conflux_runtime::sync::{read, write};
 use fan_out::*;
-use kopy::*;
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -96,9 +97,9 @@ pub struct Context {
     backoff: KeyedBackoff<String>,
     /// The problems of each ConfigSync and kopy source, so each is reported once.
     problems: Problems,
-    /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
-    /// removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
-    kopy_owners: RwLock<HashSet<SourceRef>>,
+    /// Annotated sources seen owning copies (from the copies' labels), so a source whose annotation
+    /// was removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
+    source_owners: RwLock<HashSet<SourceRef>>,
     /// Every namespace (metadata), from the shared watch: the fan-out's targets.
     namespaces: RwLock<Option<Informer<PartialObjectMeta<Namespace>>>>,
 }
@@ -121,7 +122,7 @@ impl Context {
             metrics,
             backoff: KeyedBackoff::new(Policy::RECONCILE),
             problems: Problems::default(),
-            kopy_owners: RwLock::new(HashSet::new()),
+            source_owners: RwLock::new(HashSet::new()),
             namespaces: RwLock::new(None),
         })
     }
@@ -156,8 +157,8 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     );
     tokio::join!(
         run_config_syncs(ctx.clone(), &syncs, &namespaces, &configs),
-        run_kopy::<ConfigMap>(ctx.clone(), &runtime, &namespaces, &configs, &health),
-        run_kopy::<Secret>(ctx, &runtime, &namespaces, &configs, &health),
+        run_annotated::<ConfigMap>(ctx.clone(), &runtime, &namespaces, &configs, &health),
+        run_annotated::<Secret>(ctx, &runtime, &namespaces, &configs, &health),
     );
 }
 
