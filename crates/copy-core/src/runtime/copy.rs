@@ -216,6 +216,7 @@ async fn run_kind<K: ConfigResource>(
         .subscribe(&format!("copy sources {kind}"))
         .touched();
     let mapper_ctx = ctx.clone();
+    let namespace_ctx = ctx.clone();
     let in_namespace = store.clone();
     let controller = Controller::for_shared_stream(targets, store)
         .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
@@ -224,7 +225,7 @@ async fn run_kind<K: ConfigResource>(
             namespaces
                 .subscribe(&format!("copy namespaces {kind}"))
                 .touched(),
-            move |ns| targets_in(&in_namespace, &ns.name_any()),
+            move |ns| targets_in(&namespace_ctx, &in_namespace, &ns.name_any()),
         );
     let listed = async {
         informer.wait_synced().await;
@@ -256,8 +257,10 @@ async fn run_kind<K: ConfigResource>(
     futures::join!(listed, controller);
 }
 
-/// The pull targets in a namespace: a change of its labels may grant or withdraw consent.
+/// The pull targets this instance handles in a namespace: a change of its labels may grant or
+/// withdraw consent.
 fn targets_in<K: ConfigResource>(
+    ctx: &Context,
     store: &Store<PartialObjectMeta<K>>,
     namespace: &str,
 ) -> Vec<KubeObjectRef<PartialObjectMeta<K>>> {
@@ -265,6 +268,7 @@ fn targets_in<K: ConfigResource>(
         .state()
         .iter()
         .filter(|t| t.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|t| ctx.handles(&t.metadata))
         .map(|t| KubeObjectRef::from_obj(&**t))
         .collect()
 }
