@@ -803,10 +803,17 @@ async fn same_name_object_not_ours_is_left_alone_and_reported_unless_adopt() {
         )
         .await
         .expect("switch to Adopt");
-    let adopted = eventually("the object is adopted with Adopt", WAIT, || async {
-        let cm = copy_in(&client, taken, "info").await?;
-        (label(&cm.metadata, OWNER) == Some(name.as_str())).then_some(cm)
-    })
+    // Adopting is an apply and then the cleanup patch: wait for both, not just the label.
+    let adopted = eventually(
+        "the object is adopted with Adopt, without the previous owner's keys",
+        WAIT,
+        || async {
+            let cm = copy_in(&client, taken, "info").await?;
+            (label(&cm.metadata, OWNER) == Some(name.as_str())
+                && cm_data(&cm) == strings(&[("k", "v")]))
+            .then_some(cm)
+        },
+    )
     .await;
     assert_eq!(
         cm_data(&adopted),
