@@ -1,12 +1,14 @@
 //! Fan-out: which namespaces get a copy of a source (docs/design.md 4.2).
 //!
 //! A [`FanOut`] is everything a sync needs to know, built either from a `ConfigSync`
-//! ([`FanOut::from_config_sync`]) or from a kopy-annotated source ([`FanOut::from_kopy`]). Given
-//! the cluster's namespaces it answers which ones are targets:
+//! ([`FanOut::from_config_sync`]) or from a source annotated by kopy, reflector or replicator
+//! ([`FanOut::from_annotations`]). Given the cluster's namespaces it answers which ones are
+//! targets:
 //!
-//! - the `namespaceSelector` ORed with the `namespaces` globs; with neither, every namespace;
+//! - those its [`Selection`] selects: the `namespaceSelector` ORed with the `namespaces` globs
+//!   (with neither, every namespace), or what the annotations say;
 //! - minus `excludeNamespaces` globs and minus `kube-system`, `kube-public`, `kube-node-lease`
-//!   (unless one of those is listed by exact name in `namespaces`);
+//!   (unless one of those is listed by exact name);
 //! - minus the source's own namespace when the copy would have the source's name (it would be the
 //!   source itself);
 //! - minus terminating namespaces (writes there fail and the copy would die with the namespace).
