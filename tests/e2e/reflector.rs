@@ -9,9 +9,6 @@
 
 mod copy_support;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use conflux_tests::{cluster, eventually};
 use copy_support::*;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,31 +28,6 @@ const AUTO_REFLECTS: &str = "reflector.v1.k8s.emberstack.com/auto-reflects";
 const REFLECTED_VERSION: &str = "reflector.v1.k8s.emberstack.com/reflected-version";
 const ORPHANED: &str = "copy.conflux.dev/orphaned";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-const WAIT: Duration = Duration::from_secs(45);
-
-fn b64(s: &str) -> String {
-    conflux_tests::leak::base64(s.as_bytes())
-}
-
-fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
-
-fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-async fn setup(test: &str) -> (Client, String) {
-    let client = cluster().client().await;
-    install_crd(&client).await;
-    (client, shard(test))
-}
 
 /// The README's mirror: an object carrying `reflects`, in the test's shard.
 fn mirror(kind: &str, name: &str, reflects: &str, shard: &str) -> Value {
@@ -63,30 +35,6 @@ fn mirror(kind: &str, name: &str, reflects: &str, shard: &str) -> Value {
         "apiVersion": "v1", "kind": kind,
         "metadata": {"name": name, "labels": {SHARD: shard}, "annotations": {REFLECTS: reflects}},
     })
-}
-
-async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<String, Vec<u8>>) {
-    eventually(
-        &format!("Secret {ns}/{name} holds the source's data"),
-        WAIT,
-        || async {
-            let s = secret(client, ns, name).await?;
-            (&secret_data(&s) == want).then_some(())
-        },
-    )
-    .await;
-}
-
-async fn wait_config_map(client: &Client, ns: &str, name: &str, want: &BTreeMap<String, String>) {
-    eventually(
-        &format!("ConfigMap {ns}/{name} holds the source's data"),
-        WAIT,
-        || async {
-            let cm = config_map(client, ns, name).await?;
-            (&cm_data(&cm) == want).then_some(())
-        },
-    )
-    .await;
 }
 
 async fn warnings(client: &Client, ns: &str, kind: &str, name: &str, reason: &str) -> usize {
@@ -508,48 +456,40 @@ async fn bad_annotations_are_reported_once_and_change_nothing() {
             "data": {"token": b64(conflux_tests::leak::marker())},
         })
     };
-    apply(
-        &client,
-        &src,
-        secret_with(
-            "bad-regex",
-            json!({}),
-            json!({ALLOWED: "true", ALLOWED_NAMESPACES: "bad-dst-[,("}),
+    let objects = [
+        (
+            &src,
+            secret_with(
+                "bad-regex",
+                json!({}),
+                json!({ALLOWED: "true", ALLOWED_NAMESPACES: "bad-dst-[,("}),
+            ),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &src,
-        secret_with(
-            "bad-bool",
-            json!({SHARD: shard}),
-            json!({ALLOWED: "true", AUTO_ENABLED: "yes"}),
+        (
+            &src,
+            secret_with(
+                "bad-bool",
+                json!({SHARD: shard}),
+                json!({ALLOWED: "true", AUTO_ENABLED: "yes"}),
+            ),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &untrusted,
-        secret_with(
-            "planted",
-            json!({SHARD: shard}),
-            json!({ALLOWED: "true", AUTO_ENABLED: "true"}),
+        (
+            &untrusted,
+            secret_with(
+                "planted",
+                json!({SHARD: shard}),
+                json!({ALLOWED: "true", AUTO_ENABLED: "true"}),
+            ),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &dst,
-        mirror("Secret", "malformed", "no-slash", &shard),
-    )
-    .await;
-    apply(
-        &client,
-        &dst,
-        mirror("Secret", "mirror", &format!("{src}/bad-regex"), &shard),
-    )
-    .await;
+        (&dst, mirror("Secret", "malformed", "no-slash", &shard)),
+        (
+            &dst,
+            mirror("Secret", "mirror", &format!("{src}/bad-regex"), &shard),
+        ),
+    ];
+    for (ns, object) in objects {
+        apply(&client, ns, object).await;
+    }
     let cases = [
         (&dst, "malformed", "InvalidReference", REFLECTS),
         (&dst, "mirror", "InvalidPattern", ALLOWED_NAMESPACES),

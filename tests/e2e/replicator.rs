@@ -12,9 +12,6 @@
 
 mod copy_support;
 
-use std::collections::BTreeMap;
-use std::time::Duration;
-
 use conflux_tests::{cluster, eventually};
 use copy_support::*;
 use k8s_openapi::api::core::v1::Secret;
@@ -31,24 +28,6 @@ const STRIP_LABELS: &str = "replicator.v1.mittwald.de/strip-labels";
 const KEEP_OWNER_REFERENCES: &str = "replicator.v1.mittwald.de/keep-owner-references";
 const REPLICATED_KEYS: &str = "replicator.v1.mittwald.de/replicated-keys";
 const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-const WAIT: Duration = Duration::from_secs(45);
-
-fn b64(s: &str) -> String {
-    conflux_tests::leak::base64(s.as_bytes())
-}
-
-fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-async fn setup(test: &str) -> (Client, String) {
-    let client = cluster().client().await;
-    install_crd(&client).await;
-    (client, shard(test))
-}
 
 /// A Secret with fake data; the marker stands in for a real secret value.
 fn secret_object(name: &str, labels: Value, annotations: Value, data: Value) -> Value {
@@ -57,18 +36,6 @@ fn secret_object(name: &str, labels: Value, annotations: Value, data: Value) -> 
         "metadata": {"name": name, "labels": labels, "annotations": annotations},
         "data": data,
     })
-}
-
-async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<String, Vec<u8>>) {
-    eventually(
-        &format!("Secret {ns}/{name} holds the expected data"),
-        WAIT,
-        || async {
-            let s = secret(client, ns, name).await?;
-            (&secret_data(&s) == want).then_some(())
-        },
-    )
-    .await;
 }
 
 async fn wait_gone(client: &Client, ns: &str, name: &str) {
@@ -613,73 +580,58 @@ async fn bad_annotations_are_reported_and_prune_nothing() {
     .await;
     let want = bytes(&[("key", conflux_tests::leak::marker())]);
     wait_secret(&client, &dst, "pushed", &want).await;
-    // A typo in the list: reported, and the existing copy stays.
-    apply(
-        &client,
-        &src,
-        secret_object(
+    // A typo in the list: reported, and the existing copy stays. And other bad annotations.
+    let objects = [
+        (
+            &src,
             "pushed",
             json!({SHARD: shard}),
             json!({REPLICATE_TO: "typo-dst-[.*"}),
-            data.clone(),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &src,
-        secret_object(
+        (
+            &src,
             "by-label",
             json!({SHARD: shard}),
             json!({REPLICATE_TO_MATCHING: "team in (a"}),
-            data.clone(),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &src,
-        secret_object(
+        (
+            &src,
             "maybe",
             json!({}),
             json!({ALLOWED: "yes", ALLOWED_NAMESPACES: ".*"}),
-            data.clone(),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &untrusted,
-        secret_object(
+        (
+            &untrusted,
             "planted",
             json!({SHARD: shard}),
             json!({REPLICATE_TO: ".*"}),
-            data.clone(),
         ),
-    )
-    .await;
-    apply(
-        &client,
-        &dst,
-        secret_object(
-            "malformed",
-            json!({SHARD: shard}),
-            json!({REPLICATE_FROM: "a/b/c"}),
-            json!({}),
-        ),
-    )
-    .await;
-    apply(
-        &client,
-        &dst,
-        secret_object(
-            "asks-maybe",
-            json!({SHARD: shard}),
-            json!({REPLICATE_FROM: format!("{src}/maybe")}),
-            json!({}),
-        ),
-    )
-    .await;
+    ];
+    for (ns, name, labels, annotations) in objects {
+        apply(
+            &client,
+            ns,
+            secret_object(name, labels, annotations, data.clone()),
+        )
+        .await;
+    }
+    let replicas = [
+        ("malformed", "a/b/c".to_owned()),
+        ("asks-maybe", format!("{src}/maybe")),
+    ];
+    for (name, from) in replicas {
+        apply(
+            &client,
+            &dst,
+            secret_object(
+                name,
+                json!({SHARD: shard}),
+                json!({REPLICATE_FROM: from}),
+                json!({}),
+            ),
+        )
+        .await;
+    }
     let cases = [
         (&src, "pushed", "InvalidPattern", REPLICATE_TO),
         (&src, "by-label", "InvalidSelector", REPLICATE_TO_MATCHING),

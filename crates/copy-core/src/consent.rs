@@ -408,10 +408,7 @@ mod tests {
             ),
         ];
         for (case, pairs, namespace, labelled, via, want) in rows {
-            let annotations: BTreeMap<String, String> = pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect();
+            let annotations = crate::testing::map(&pairs);
             let mut view = NamespaceView::new(namespace);
             if labelled {
                 view = view.labels(&prod);

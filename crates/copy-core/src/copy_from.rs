@@ -339,13 +339,8 @@ mod tests {
 
     #[test]
     fn pull_table() {
+        use crate::testing::map as ann;
         use crate::{reflector, replicator};
-        let ann = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
-            pairs
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect()
-        };
         let src = |ns: &str, name: &str| SourceRef::new(SourceKind::Secret, ns, name);
         // (case, annotations, Ok(Some(via)) / Ok(None) / Err(reason))
         type Row<'a> = (

@@ -342,6 +342,15 @@ fn removal_patch(
         (ConfigObject::Secret(t), _) => (nulls(&t.data, &none, stale), serde_json::Map::new()),
         _ => return None,
     };
+    key_removal(data, binary_data)
+}
+
+/// The merge patch `{"data": {..}, "binaryData": {..}}` of the keys to null, without an empty
+/// part; `None` when there is nothing to remove.
+fn key_removal(
+    data: serde_json::Map<String, serde_json::Value>,
+    binary_data: serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Value> {
     let mut patch = serde_json::Map::new();
     if !data.is_empty() {
         patch.insert("data".to_owned(), data.into());
@@ -430,14 +439,7 @@ pub fn stray_keys_patch(
         }
         _ => return None,
     };
-    let mut patch = serde_json::Map::new();
-    if !data.is_empty() {
-        patch.insert("data".to_owned(), data.into());
-    }
-    if !binary_data.is_empty() {
-        patch.insert("binaryData".to_owned(), binary_data.into());
-    }
-    (!patch.is_empty()).then(|| patch.into())
+    key_removal(data, binary_data)
 }
 
 /// Name and namespace only: the identity of the object being applied.

@@ -206,12 +206,7 @@ mod tests {
     use crate::fan_out::NamespaceView;
     use crate::source::SourceKind;
 
-    fn ann(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect()
-    }
+    use crate::testing::map as ann;
 
     fn source() -> SourceRef {
         SourceRef::new(SourceKind::Secret, "default", "test-secret")

@@ -339,25 +339,16 @@ fn object_set() -> impl Strategy<Value = Vec<Value>> {
     let name = prop::sample::select(&["x", "y", ""][..]);
     let annotations = prop::collection::btree_map(
         prop::sample::select(
-            &[
-                COPY_FROM_ANNOTATION,
+            [
                 ALLOWED_NAMESPACES_ANNOTATION,
                 KOPY_SYNC_ANNOTATION,
                 KOPY_SYNC_ANNOTATION_LEGACY,
-                reflector::ALLOWED,
-                reflector::ALLOWED_NAMESPACES,
-                reflector::AUTO_ENABLED,
-                reflector::AUTO_NAMESPACES_SELECTOR,
-                reflector::REFLECTS,
-                reflector::AUTO_REFLECTS,
-                replicator::REPLICATION_ALLOWED,
-                replicator::REPLICATION_ALLOWED_NAMESPACES,
-                replicator::REPLICATE_FROM,
-                replicator::REPLICATE_TO,
-                replicator::REPLICATE_TO_MATCHING,
                 replicator::REPLICATED_KEYS,
                 "other",
-            ][..],
+            ]
+            .into_iter()
+            .chain(PEER_KEYS)
+            .collect::<Vec<_>>(),
         )
         .prop_map(str::to_owned),
         // Often meaningful (valid references, consent to the namespaces in play), so copies

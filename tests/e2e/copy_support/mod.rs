@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conflux_runtime::Runtime;
-use conflux_tests::{Cluster, eventually};
+use conflux_tests::{Cluster, cluster, eventually};
 use copy_core::ConfigSync;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
@@ -155,6 +155,68 @@ impl Drop for Operator {
         }
         conflux_tests::leak::assert_log_clean();
     }
+}
+
+/// How long a test waits for the operator to do something.
+pub const WAIT: Duration = Duration::from_secs(45);
+
+/// A client of this binary's cluster with the ConfigSync CRD installed, and a shard for `test`.
+pub async fn setup(test: &str) -> (Client, String) {
+    let client = cluster().client().await;
+    install_crd(&client).await;
+    (client, shard(test))
+}
+
+/// `s` base64-encoded, as Secret `data` holds it.
+pub fn b64(s: &str) -> String {
+    conflux_tests::leak::base64(s.as_bytes())
+}
+
+/// Secret data (decoded) from pairs.
+pub fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// ConfigMap data from pairs.
+pub fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Waits until the Secret `ns/name` holds exactly `want`.
+pub async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<String, Vec<u8>>) {
+    eventually(
+        &format!("Secret {ns}/{name} holds the expected data"),
+        WAIT,
+        || async {
+            let s = secret(client, ns, name).await?;
+            (&secret_data(&s) == want).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the ConfigMap `ns/name` holds exactly `want`.
+pub async fn wait_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: &BTreeMap<String, String>,
+) {
+    eventually(
+        &format!("ConfigMap {ns}/{name} holds the expected data"),
+        WAIT,
+        || async {
+            let cm = config_map(client, ns, name).await?;
+            (&cm_data(&cm) == want).then_some(())
+        },
+    )
+    .await;
 }
 
 /// A unique shard value for one test.
