@@ -212,6 +212,15 @@ pub fn decide(
     }))
 }
 
+/// Whether [`decide`] needs the target namespace's labels for this source: only reflector's
+/// `reflection-allowed-namespaces-selector` grants by label. (A controller without the labels yet
+/// waits for them only then.)
+pub fn needs_namespace_labels(source_annotations: Option<&BTreeMap<String, String>>) -> bool {
+    source_annotations
+        .and_then(|a| a.get(reflector::ALLOWED_NAMESPACES_SELECTOR))
+        .is_some_and(|selector| !selector.is_empty())
+}
+
 /// A peer's consent reader ([`reflector::consent`], [`replicator::consent`]).
 type PeerConsent =
     fn(&SourceRef, Option<&BTreeMap<String, String>>) -> crate::Result<Option<crate::Selection>>;
@@ -413,6 +422,12 @@ mod tests {
             if labelled {
                 view = view.labels(&prod);
             }
+            let by_label = annotations.contains_key(rf::ALLOWED_NAMESPACES_SELECTOR);
+            assert_eq!(
+                needs_namespace_labels(Some(&annotations)),
+                by_label,
+                "{case}"
+            );
             let got = decide(&source, Some(&annotations), view, via);
             match (&got, want) {
                 (Ok(grant), Ok(want)) => assert_eq!(grant.to_string(), want, "{case}"),

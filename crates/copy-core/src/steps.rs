@@ -409,6 +409,13 @@ fn orphaned(observed: &ConfigObject, fan_out: &FanOut) -> ConfigObject {
     let mut copy = fan_out_copy(observed, fan_out, observed.namespace());
     let meta = copy.metadata_mut();
     meta.name = Some(observed.name().to_owned());
+    // The labels the copy carries stay: the owner of a gone source no longer knows them (a
+    // replicator source's labels copied onto its copies), and dropping them changes nothing for
+    // the better.
+    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    for (key, value) in observed.metadata().labels.iter().flatten() {
+        labels.entry(key.clone()).or_insert_with(|| value.clone());
+    }
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ORPHANED_ANNOTATION.to_owned(), "true".to_owned());
     copy

@@ -396,21 +396,19 @@ async fn sync_copy(
         }
         Err(err) => return Err(err),
     };
-    let labels = if source_ref.namespace == namespace {
-        None
-    } else {
+    let source_annotations = source.metadata().annotations.as_ref();
+    let labels = if source_ref.namespace != namespace
+        && consent::needs_namespace_labels(source_annotations)
+    {
         ctx.namespace_labels(namespace)?
+    } else {
+        None
     };
     let mut view = NamespaceView::new(namespace);
     if let Some(labels) = &labels {
         view = view.labels(labels);
     }
-    consent::decide(
-        &source_ref,
-        source.metadata().annotations.as_ref(),
-        view,
-        via,
-    )?;
+    consent::decide(&source_ref, source_annotations, view, via)?;
     let Some(target) = get_object(&ctx.client, kind, namespace, name).await? else {
         return Ok(None);
     };

@@ -1080,3 +1080,22 @@ proptest::proptest! {
         }
     }
 }
+
+/// A replicator source is deleted: its copies are orphaned with their data and with the source
+/// labels they carry (the owner, gone with the source, no longer knows them).
+#[test]
+fn orphaned_copies_keep_the_labels_they_carry() {
+    let mut src = source(&[("token", "v")]);
+    src.metadata_mut().labels = Some(map(&[("app", "kafka")]));
+    let live = annotated_fan_out(&src, &[(crate::replicator::REPLICATE_TO, "team-a")]);
+    let objects = vec![our_copy(&live, &src, "team-a")];
+    let gone = FanOut::of_source(&src.source_ref(), crate::Selection::nothing());
+    let steps = plan_sync(&gone, None, views_of(CLUSTER).iter().map(view), &objects);
+    let [Step::MarkOrphaned { object }] = &steps[..] else {
+        panic!("{steps:?}")
+    };
+    let labels = object.metadata().labels.as_ref().unwrap();
+    assert_eq!(labels["app"], "kafka");
+    assert!(gone.owner.owns(Some(labels)));
+    assert!(object.same_content(&src), "the data stays");
+}
