@@ -5,9 +5,9 @@
 //!
 //! Rust's `regex` crate speaks RE2's syntax, as Go's `regexp` (replicator) does; .NET's
 //! (reflector) also knows lookaround and backreferences, which RE2 does not. A list with an entry
-//! that does not compile is refused as a whole ([`Error::InvalidPattern`]): the peers skip such an
-//! entry, which can silently select fewer namespaces (and prune their copies) or grant consent
-//! nobody meant. Compiling is bounded ([`COMPILED_SIZE_LIMIT`]), and matching is linear in the
+//! that does not compile is refused as a whole
+//! ([`Error::InvalidPattern`](crate::Error::InvalidPattern)): the peers skip such an entry, which
+//! can silently select fewer namespaces (and prune their copies) or grant consent nobody meant. Compiling is bounded ([`COMPILED_SIZE_LIMIT`]), and matching is linear in the
 //! name, so no annotation value can make it slow.
 //!
 //! ```
