@@ -17,7 +17,7 @@ use kube::{CustomResource, ResourceExt};
 use reloader::WorkloadKind;
 use reloader::consumers::pod_template_consumers;
 use reloader::hash::{ConfigData, ContentHash, content_hash};
-use reloader::opt_in::{NamespaceConfigs, OptIn, Options, watched_configs};
+use reloader::opt_in::{NamespaceConfigs, OptIn, Options, watch};
 use reloader::patch::{Action, BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION, WorkloadState, decide};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -211,20 +211,20 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
     }
     // The kind does not matter to these steps: they read a pod template and annotations.
     let consumers = pod_template_consumers(template);
-    let watched = watched_configs(&consumers, &opt_in, options, configs);
-    let hash = content_hash(&watched, |kind, name| configs.data(kind, name));
+    let watch = watch(&consumers, &opt_in, options, configs);
+    let hash = content_hash(&watch, |kind, name| configs.data(kind, name));
 
     // `decide` reads only the baseline and the template hash. `WorkloadState` names one of the
     // four built-in kinds because reloader's own `WorkloadPatch::body` builds their apply bodies;
     // that body is not used for a TaskRunner (see `TaskRunnerPatch::body`), so any kind will do.
-    let state = WorkloadState {
-        kind: WorkloadKind::Deployment,
-        namespace: runner.namespace().unwrap_or_default(),
-        name: runner.name_any(),
-        baseline: runner.annotations().get(BASELINE_ANNOTATION).cloned(),
-        template_hash: template_annotations
-            .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
-            .cloned(),
+    let Some(state) =
+        WorkloadState::from_template(WorkloadKind::Deployment, &runner.metadata, Some(template))
+    else {
+        return Evaluation {
+            watched: Vec::new(),
+            hash: None,
+            outcome: Outcome::NotOptedIn,
+        };
     };
     let ours = |p: reloader::patch::WorkloadPatch| TaskRunnerPatch {
         namespace: p.namespace,
@@ -232,7 +232,7 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
         baseline: p.baseline,
         template_hash: p.template_hash,
     };
-    let outcome = match decide(&state, &hash) {
+    let outcome = match decide(&state, &hash, options) {
         Action::RecordBaseline(p) => Outcome::RecordBaseline(ours(p)),
         Action::Rollout(p) => Outcome::Rollout(ours(p)),
         // `None`, or an action newer than this example: nothing to write.
@@ -245,8 +245,8 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
         },
     };
     Evaluation {
-        watched: watched
-            .iter()
+        watched: watch
+            .watched()
             .map(|c| format!("{}/{}", c.kind, c.name))
             .collect(),
         hash: Some(hash),

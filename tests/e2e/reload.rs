@@ -195,9 +195,9 @@ async fn three_configs_changed_in_one_window_roll_once() {
     let reloaded = events(&client, &ns, "web", "Reloaded").await;
     assert_eq!(reloaded.len(), 1, "{reloaded:?}");
     assert!(
-        reloaded[0]
-            .1
-            .contains("ConfigMap a, ConfigMap b, Secret c changed"),
+        reloaded[0].1.contains(
+            "ConfigMap a changed (keys v); ConfigMap b changed (keys v); Secret c changed (keys v)"
+        ),
         "{reloaded:?}"
     );
 }

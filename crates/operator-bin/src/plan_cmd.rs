@@ -628,7 +628,13 @@ fn audit(
     world.extend(copies.written.iter().cloned());
     let watch = watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
     let auto_reload_all = args.auto_reload_all;
-    let reload = reloader::audit::audit(&world, reloader::opt_in::Options { auto_reload_all });
+    let reload = reloader::audit::audit(
+        &world,
+        reloader::opt_in::Options {
+            auto_reload_all,
+            ..Default::default()
+        },
+    );
 
     let mut rows = Vec::new();
     rows.extend(copies.findings.into_iter().map(|f| {

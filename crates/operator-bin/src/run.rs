@@ -17,6 +17,10 @@ use copy_core::runtime::protect::{self, ProtectConfig};
 use copy_core::runtime::protect_policy;
 use copy_core::runtime::sync::{self, SyncConfig};
 use prometheus_client::registry::Registry;
+use reloader::filters::{
+    NamespaceFilter, ignored_workload_types, reloader_selector, resources_to_ignore,
+};
+use reloader::patch::ReloadStrategy;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
 use watch_index::runtime::ConfigWatches;
@@ -165,6 +169,43 @@ pub struct RunArgs {
     #[arg(long, default_value_t = false)]
     pub auto_reload_all: bool,
 
+    /// Roll a workload when a config it watches is created (Reloader's flag; Reloader's default
+    /// is false, conflux's true: the pods read what now exists).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub reload_on_create: bool,
+
+    /// Roll a workload when a config it watches is deleted, unless its pods need it to start
+    /// (Reloader's flag; Reloader's default is false, conflux's true).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub reload_on_delete: bool,
+
+    /// How a rollout changes the pod template: `annotations` (conflux.dev/config-hash) or
+    /// `env-vars` (Reloader's STAKATER_<NAME>_<KIND> variables, Reloader's default).
+    #[arg(long, value_enum, default_value = "annotations")]
+    pub reload_strategy: ReloadStrategyArg,
+
+    /// Never reload for `configmaps` or for `secrets` (one of them; Reloader's flag).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub resources_to_ignore: Vec<String>,
+
+    /// Workload kinds the reload controller leaves alone: `cronjobs`, `jobs` (Reloader's flag).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub ignored_workload_types: Vec<String>,
+
+    /// Reload only in namespaces with these labels (a label selector; Reloader's `key:value` and
+    /// `key=*` forms are read too).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub namespace_selector: Vec<String>,
+
+    /// Namespaces the reload controller leaves alone, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub namespaces_to_ignore: Vec<String>,
+
+    /// Reload only for ConfigMaps/Secrets with these labels (a label selector; Reloader's
+    /// `key:value` and `key=*` forms are read too).
+    #[arg(long, value_delimiter = ',', default_value = "")]
+    pub resource_label_selector: Vec<String>,
+
     /// Log level: trace, debug, info, error, or a tracing filter such as `conflux=debug`.
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -282,6 +323,15 @@ impl ProtectModeArg {
             ProtectModeArg::Webhook => "webhook",
         }
     }
+}
+
+/// `--reload-strategy` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReloadStrategyArg {
+    /// The pod-template annotation conflux.dev/config-hash.
+    Annotations,
+    /// Reloader's STAKATER_<NAME>_<KIND> variables.
+    EnvVars,
 }
 
 /// `--trigger-mode` values.
@@ -443,6 +493,7 @@ impl RunArgs {
                 (Some(config), None)
             }
         };
+        let (ignore_config_maps, ignore_secrets) = resources_to_ignore(&self.resources_to_ignore)?;
         let configs_namespace = if controllers.contains(&ControllerName::Copy) {
             None
         } else {
@@ -477,7 +528,23 @@ impl RunArgs {
                 concurrent: self.concurrent,
                 options: reloader::opt_in::Options {
                     auto_reload_all: self.auto_reload_all,
+                    reload_on_create: self.reload_on_create,
+                    reload_on_delete: self.reload_on_delete,
+                    ignore_config_maps,
+                    ignore_secrets,
+                    reload_strategy: match self.reload_strategy {
+                        ReloadStrategyArg::Annotations => ReloadStrategy::Annotations,
+                        ReloadStrategyArg::EnvVars => ReloadStrategy::EnvVars,
+                    },
                 },
+                namespaces: NamespaceFilter::new(
+                    reloader_selector(&non_empty(&self.namespace_selector))
+                        .map_err(|e| anyhow::anyhow!("--namespace-selector: {e}"))?,
+                    non_empty(&self.namespaces_to_ignore),
+                ),
+                config_selector: reloader_selector(&non_empty(&self.resource_label_selector))
+                    .map_err(|e| anyhow::anyhow!("--resource-label-selector: {e}"))?,
+                ignored_kinds: ignored_workload_types(&self.ignored_workload_types)?,
             },
             flux_trigger: FluxTriggerConfig {
                 config_selector,

@@ -921,6 +921,29 @@ async fn reload_auto_maybe() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_debounce_that_is_not_a_duration() {
+    bad_reload_annotation(
+        "rl-debounce",
+        json!({"reloader.stakater.com/auto": "true", "conflux.dev/reload-debounce": "soon"}),
+        "InvalidAnnotation",
+        "\"soon\"",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_pause_period_that_is_negative() {
+    bad_reload_annotation(
+        "rl-pause",
+        json!({"reloader.stakater.com/auto": "true",
+               "deployment.reloader.stakater.com/pause-period": "-5m"}),
+        "InvalidAnnotation",
+        "\"-5m\"",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_auto_with_odd_case_and_whitespace() {
     bad_reload_annotation(
         "rl-case",

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
-use reloader::opt_in::{NamespaceConfigs, Options, watched_configs};
+use reloader::opt_in::{NamespaceConfigs, Options, watch};
 use reloader::patch::{Action, WorkloadState, baseline_value, decide};
 use serde_json::json;
 use watch_index::refs::{ConfigKind, ObjectRef};
@@ -92,7 +92,7 @@ fn on_config_update(world: &World, namespace: &str, name: &str) -> usize {
             continue;
         };
         let ns = &*hit.workload.namespace;
-        let watched = watched_configs(
+        let watched = watch(
             &entry.consumers,
             &entry.opt_in,
             Options::default(),
@@ -107,7 +107,7 @@ fn on_config_update(world: &World, namespace: &str, name: &str) -> usize {
         let Some(state) = world.states.get(hit.workload) else {
             continue;
         };
-        if let Action::Rollout(patch) = decide(state, &hash) {
+        if let Action::Rollout(patch) = decide(state, &hash, Options::default()) {
             black_box(patch);
             rollouts += 1;
         }
@@ -140,7 +140,7 @@ fn world() -> (World, Vec<Deployment>) {
             continue;
         };
         let ns = state.namespace.clone();
-        let watched = watched_configs(&entry.consumers, &entry.opt_in, Options::default(), &());
+        let watched = watch(&entry.consumers, &entry.opt_in, Options::default(), &());
         let hash = content_hash(&watched, |_, n| {
             get(&store, &ns, n).map(ConfigData::from_config_map)
         });

@@ -367,6 +367,7 @@ mod tests {
             &objects,
             Options {
                 auto_reload_all: true,
+                ..Options::default()
             },
         );
         assert!(rows(&all).contains(&row("ConfigMap/ns/a", "off", "--auto-reload-all")));

@@ -115,6 +115,71 @@ pub fn pod_spec_consumers(spec: &PodSpec) -> Vec<Consumption> {
         .collect()
 }
 
+/// The container Reloader names for a config (the `containerRefs` of its `last-reloaded-from`, and
+/// where its env-vars strategy puts the variable): the first regular container mounting the first
+/// volume that holds the config, else the first regular container reading it through `env` or
+/// `envFrom`; when only init containers read it, or none does (a config a `reload` list names), the
+/// first regular container. `None` only for a pod spec without containers.
+pub fn container_ref<'a>(spec: &'a PodSpec, kind: ConfigKind, name: &str) -> Option<&'a str> {
+    let first = spec.containers.first().map(|c| c.name.as_str());
+    let holds = |volume: &k8s_openapi::api::core::v1::Volume| match kind {
+        ConfigKind::ConfigMap => {
+            volume.config_map.as_ref().is_some_and(|v| v.name == name)
+                || volume
+                    .projected
+                    .as_ref()
+                    .and_then(|p| p.sources.as_deref())
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|s| s.config_map.as_ref().is_some_and(|c| c.name == name))
+        }
+        ConfigKind::Secret => {
+            volume
+                .secret
+                .as_ref()
+                .is_some_and(|v| v.secret_name.as_deref() == Some(name))
+                || volume
+                    .projected
+                    .as_ref()
+                    .and_then(|p| p.sources.as_deref())
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|s| s.secret.as_ref().is_some_and(|c| c.name == name))
+        }
+    };
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let volume = spec
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|v| holds(v));
+    if let Some(volume) = volume {
+        let mounts = |c: &&Container| {
+            c.volume_mounts
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|m| m.name == volume.name)
+        };
+        if let Some(c) = spec.containers.iter().find(mounts) {
+            return Some(&c.name);
+        }
+        if init.iter().any(|c| mounts(&c)) {
+            return first;
+        }
+    }
+    let reads = |c: &&Container| {
+        let mut found = Collector::default();
+        found.container(c);
+        found.0.contains_key(&(kind, name.to_owned()))
+    };
+    if let Some(c) = spec.containers.iter().find(reads) {
+        return Some(&c.name);
+    }
+    first
+}
+
 /// `items` given (even empty, which the API server rejects anyway) means only those keys.
 fn items_keys(items: Option<&[KeyToPath]>) -> Keys {
     match items {
@@ -321,5 +386,35 @@ mod tests {
         let only = Keys::Only(BTreeSet::from(["a".to_owned()]));
         assert!(only.reads("a"));
         assert!(!only.reads("b"));
+    }
+
+    #[test]
+    fn container_refs_follow_reloader() {
+        let spec: PodSpec = serde_json::from_value(json!({
+            "initContainers": [{"name": "init", "envFrom": [{"secretRef": {"name": "init-only"}}],
+                                "volumeMounts": [{"name": "v-init", "mountPath": "/i"}]}],
+            "containers": [
+                {"name": "a", "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "env", "key": "k"}}}]},
+                {"name": "b", "envFrom": [{"configMapRef": {"name": "env"}}],
+                 "volumeMounts": [{"name": "v", "mountPath": "/v"}]},
+            ],
+            "volumes": [
+                {"name": "v", "configMap": {"name": "mounted"}},
+                {"name": "v-init", "secret": {"secretName": "init-vol"}},
+                {"name": "p", "projected": {"sources": [{"configMap": {"name": "env"}}]}},
+            ],
+        }))
+        .unwrap();
+        let r = |kind, name| container_ref(&spec, kind, name);
+        assert_eq!(r(ConfigKind::ConfigMap, "mounted"), Some("b"));
+        // Held by an unmounted volume too: the env reference decides.
+        assert_eq!(r(ConfigKind::ConfigMap, "env"), Some("a"));
+        assert_eq!(r(ConfigKind::Secret, "init-only"), Some("a"));
+        assert_eq!(r(ConfigKind::Secret, "init-vol"), Some("a"));
+        assert_eq!(r(ConfigKind::Secret, "named-only"), Some("a"));
+        assert_eq!(
+            container_ref(&PodSpec::default(), ConfigKind::Secret, "x"),
+            None
+        );
     }
 }

@@ -17,23 +17,44 @@ pub enum Error {
         /// What the regex parser said.
         reason: String,
     },
-    /// A boolean annotation (`reloader.stakater.com/auto`, `search`, the typed `auto`s, wave's)
-    /// whose value is neither `true` nor `false`. Reloader compares with `"true"` exactly and so
-    /// do we: the annotation is ignored, and reported.
-    #[error(
-        "annotation {annotation} is {value:?}, not \"true\" or \"false\"; it is ignored (values are compared exactly, as Reloader does)"
-    )]
+    /// A boolean annotation whose value Reloader would not read as a boolean: the `auto`
+    /// annotations take Go's `strconv.ParseBool` forms (as Reloader v1.4 does), `search` and wave's
+    /// annotation take `"true"` exactly. The annotation is then false, as in Reloader, and reported.
+    #[error("annotation {annotation} is {value:?}, not one of {accepted}; it is read as false")]
     InvalidBoolean {
         /// The annotation.
         annotation: &'static str,
         /// Its value (at most 64 characters of it).
         value: String,
+        /// The values accepted there.
+        accepted: &'static str,
+    },
+    /// A workload annotation conflux reads for its rollouts (`conflux.dev/reload-debounce`,
+    /// Reloader's `pause-period` and `rollout-strategy`) has a value it cannot use; it is ignored.
+    #[error("annotation {annotation} is {value:?}, expected {expected}; it is ignored")]
+    InvalidAnnotation {
+        /// The annotation.
+        annotation: &'static str,
+        /// Its value (at most 64 characters of it).
+        value: String,
+        /// What it should be.
+        expected: &'static str,
     },
     /// A duration flag or setting is not a Go-style duration (`0`, `300ms`, `2s`, `1m30s`).
     #[error("invalid duration '{input}': expected e.g. 0, 300ms, 2s, 1m30s")]
     InvalidDuration {
         /// The value as given.
         input: String,
+    },
+    /// A controller flag (Reloader's filters) has a value Reloader would refuse.
+    #[error("invalid {flag} '{value}': {reason}")]
+    InvalidFlag {
+        /// The flag.
+        flag: &'static str,
+        /// The value as given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
     },
     /// Reading a config or writing a workload failed (runtime feature); the message names the
     /// object, never its data.
@@ -56,6 +77,8 @@ impl Error {
             Error::InvalidPattern { .. } => "InvalidPattern",
             Error::InvalidBoolean { .. } => "InvalidAnnotation",
             Error::InvalidDuration { .. } => "InvalidDuration",
+            Error::InvalidFlag { .. } => "InvalidFlag",
+            Error::InvalidAnnotation { .. } => "InvalidAnnotation",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
             #[cfg(feature = "runtime")]
@@ -69,6 +92,8 @@ impl Error {
             Error::InvalidPattern { .. } => "invalid_pattern",
             Error::InvalidBoolean { .. } => "invalid_annotation",
             Error::InvalidDuration { .. } => "invalid_duration",
+            Error::InvalidFlag { .. } => "invalid_flag",
+            Error::InvalidAnnotation { .. } => "invalid_annotation",
             #[cfg(feature = "runtime")]
             Error::Kube(_) => "api_error",
             #[cfg(feature = "runtime")]

@@ -32,6 +32,14 @@
 //! read changes nothing. Secret values are the decoded bytes (`data`); `stringData` is write-only in
 //! the API and never read back. The result is lower-case hex of the 32-byte digest. The encoding is
 //! part of the contract: changing it would roll every workload once, so it carries a version.
+//!
+//! Both cover the configs watched now. Every candidate of the [`Watch`] (watched or not) also gets a
+//! *config digest* ([`ConfigDigest`]): the first 8 bytes of SHA-256 over
+//! `lp("conflux.dev/config-digest/v1")` followed by that config's part of the content encoding
+//! above, and, for each key read that is present, a *key digest*: the first 4 bytes of SHA-256 over
+//! `lp(key)` followed by the first 4 bytes of SHA-256 over `lp(key) u8(source) lp(value)`. The decision compares these per config with the baseline
+//! ([`patch`](crate::patch)), which is how a config that becomes watched in the same update that
+//! changes its data still rolls, and how an Event can name the keys that changed.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -43,11 +51,14 @@ use watch_index::redact::RedactedMap;
 use watch_index::refs::ConfigKind;
 
 use crate::consumers::{Consumption, Keys};
+use crate::opt_in::Watch;
 
 /// The domain tag at the start of the content encoding.
 const DOMAIN: &[u8] = b"conflux.dev/config-hash/v1";
 /// The domain tag at the start of the watched-set encoding.
 const SET_DOMAIN: &[u8] = b"conflux.dev/watched-set/v1";
+/// The domain tag at the start of each config digest.
+const CONFIG_DOMAIN: &[u8] = b"conflux.dev/config-digest/v1";
 
 /// The data of one ConfigMap or Secret, borrowed from the object. `Debug` shows the keys and the
 /// length of each value, never a value ([`watch_index::redact`]).
@@ -142,7 +153,8 @@ impl<'a> ConfigData<'a> {
 /// A workload's content hash, and what is missing for it to be trusted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentHash {
-    /// Lower-case hex SHA-256 of the content encoding in the [module docs](self).
+    /// Lower-case hex SHA-256 of the content encoding in the [module docs](self), over the configs
+    /// watched now: the value of the pod-template annotation that rolls the workload.
     pub hex: String,
     /// Lower-case hex SHA-256 of the watched-set encoding: which configs and keys, not content.
     pub watched_hex: String,
@@ -150,6 +162,25 @@ pub struct ContentHash {
     /// would make pods that cannot start, so [`decide`](crate::patch::decide) holds it until they
     /// exist again.
     pub missing_required: Vec<(ConfigKind, String)>,
+    /// The workload side of the watch ([`Watch::spec`]).
+    pub spec: [u8; 8],
+    /// One digest per candidate of the watch, sorted by (kind, name).
+    pub configs: Vec<ConfigDigest>,
+}
+
+/// What one candidate config of a workload looks like now, in digests (no data).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigDigest {
+    /// ConfigMap or Secret.
+    pub kind: ConfigKind,
+    /// Its name.
+    pub name: String,
+    /// Whether the workload watches it now.
+    pub watched: bool,
+    /// The config digest of the [module docs](self); `None` while the config is absent.
+    pub content: Option<[u8; 8]>,
+    /// The key digest of each key read that is present, sorted by key.
+    pub keys: Vec<(String, [u8; 8])>,
 }
 
 fn lp(h: &mut Sha256, bytes: &[u8]) {
@@ -157,85 +188,153 @@ fn lp(h: &mut Sha256, bytes: &[u8]) {
     h.update(bytes);
 }
 
-/// Hashes what the pods read from `watched` (from
-/// [`watched_configs`](crate::opt_in::watched_configs)), fetching each config with `lookup`
-/// (`None` = absent). The order of `watched` does not matter; each object should appear once.
+/// Feeds the workload's content hash (for watched configs) and one config's digest at once.
+struct Sink<'a> {
+    all: Option<&'a mut Sha256>,
+    one: Sha256,
+}
+
+impl Sink<'_> {
+    fn update(&mut self, bytes: &[u8]) {
+        if let Some(all) = self.all.as_deref_mut() {
+            all.update(bytes);
+        }
+        self.one.update(bytes);
+    }
+
+    fn lp(&mut self, bytes: &[u8]) {
+        self.update(&(bytes.len() as u64).to_be_bytes());
+        self.update(bytes);
+    }
+}
+
+/// Which key (4 bytes) and its value (4 bytes): enough to tell a changed key from a removed one.
+fn key_digest(key: &str, source: u8, value: &[u8]) -> [u8; 8] {
+    let mut id = Sha256::new();
+    lp(&mut id, key.as_bytes());
+    let mut h = Sha256::new();
+    lp(&mut h, key.as_bytes());
+    h.update([source]);
+    lp(&mut h, value);
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&id.finalize()[..4]);
+    out[4..].copy_from_slice(&h.finalize()[..4]);
+    out
+}
+
+/// Hashes what the pods read from `watch` (from [`watch`](crate::opt_in::watch)), fetching each
+/// candidate with `lookup` (`None` = absent).
 pub fn content_hash<'a>(
-    watched: &[Consumption],
+    watch: &Watch,
     lookup: impl Fn(ConfigKind, &str) -> Option<ConfigData<'a>>,
 ) -> ContentHash {
-    let mut sorted: Vec<&Consumption> = watched.iter().collect();
-    sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    let mut sorted: Vec<(&Consumption, bool)> = watch
+        .candidates
+        .iter()
+        .map(|c| (&c.consumption, c.watched()))
+        .collect();
+    sorted.sort_by(|a, b| (a.0.kind, &a.0.name).cmp(&(b.0.kind, &b.0.name)));
+    let watched_count = sorted.iter().filter(|(_, w)| *w).count() as u64;
     let mut h = Sha256::new();
     let mut set = Sha256::new();
     let mut missing_required = Vec::new();
+    let mut configs = Vec::with_capacity(sorted.len());
     lp(&mut h, DOMAIN);
     lp(&mut set, SET_DOMAIN);
-    h.update((sorted.len() as u64).to_be_bytes());
-    set.update((sorted.len() as u64).to_be_bytes());
-    for c in sorted {
+    h.update(watched_count.to_be_bytes());
+    set.update(watched_count.to_be_bytes());
+    for (c, watched) in sorted {
         let kind = match c.kind {
             ConfigKind::ConfigMap => 0u8,
             ConfigKind::Secret => 1,
         };
-        h.update([kind]);
-        lp(&mut h, c.name.as_bytes());
-        set.update([kind]);
-        lp(&mut set, c.name.as_bytes());
-        set.update([u8::from(c.optional)]);
-        match &c.keys {
-            Keys::All => set.update([0u8]),
-            Keys::Only(keys) => {
-                set.update([1u8]);
-                set.update((keys.len() as u64).to_be_bytes());
-                for key in keys {
-                    lp(&mut set, key.as_bytes());
+        if watched {
+            set.update([kind]);
+            lp(&mut set, c.name.as_bytes());
+            set.update([u8::from(c.optional)]);
+            match &c.keys {
+                Keys::All => set.update([0u8]),
+                Keys::Only(keys) => {
+                    set.update([1u8]);
+                    set.update((keys.len() as u64).to_be_bytes());
+                    for key in keys {
+                        lp(&mut set, key.as_bytes());
+                    }
                 }
             }
         }
-        let Some(data) = lookup(c.kind, &c.name) else {
-            h.update([0u8]);
-            if !c.optional {
-                missing_required.push((c.kind, c.name.clone()));
-            }
-            continue;
+        let mut one = Sha256::new();
+        lp(&mut one, CONFIG_DOMAIN);
+        let mut sink = Sink {
+            all: watched.then_some(&mut h),
+            one,
         };
-        h.update([1u8]);
-        match &c.keys {
-            Keys::All => {
-                let entries = data.entries();
-                h.update([0u8]);
-                h.update((entries.len() as u64).to_be_bytes());
-                for (key, source, value) in entries {
-                    lp(&mut h, key.as_bytes());
-                    h.update([source]);
-                    lp(&mut h, value);
+        sink.update(&[kind]);
+        sink.lp(c.name.as_bytes());
+        let mut keys = Vec::new();
+        let data = lookup(c.kind, &c.name);
+        match data {
+            None => {
+                sink.update(&[0u8]);
+                if watched && !c.optional {
+                    missing_required.push((c.kind, c.name.clone()));
                 }
             }
-            Keys::Only(keys) => {
-                h.update([1u8]);
-                h.update((keys.len() as u64).to_be_bytes());
-                for key in keys {
-                    lp(&mut h, key.as_bytes());
-                    match data.get(key) {
-                        None => h.update([0u8]),
-                        Some((source, value)) => {
-                            h.update([1u8, source]);
-                            lp(&mut h, value);
+            Some(data) => {
+                sink.update(&[1u8]);
+                match &c.keys {
+                    Keys::All => {
+                        let entries = data.entries();
+                        sink.update(&[0u8]);
+                        sink.update(&(entries.len() as u64).to_be_bytes());
+                        for (key, source, value) in entries {
+                            sink.lp(key.as_bytes());
+                            sink.update(&[source]);
+                            sink.lp(value);
+                            keys.push((key.to_owned(), key_digest(key, source, value)));
+                        }
+                    }
+                    Keys::Only(read) => {
+                        sink.update(&[1u8]);
+                        sink.update(&(read.len() as u64).to_be_bytes());
+                        for key in read {
+                            sink.lp(key.as_bytes());
+                            match data.get(key) {
+                                None => sink.update(&[0u8]),
+                                Some((source, value)) => {
+                                    sink.update(&[1u8, source]);
+                                    sink.lp(value);
+                                    keys.push((key.clone(), key_digest(key, source, value)));
+                                }
+                            }
                         }
                     }
                 }
             }
         }
+        let present = data.is_some();
+        let digest = sink.one.finalize();
+        let mut content = [0u8; 8];
+        content.copy_from_slice(&digest[..8]);
+        configs.push(ConfigDigest {
+            kind: c.kind,
+            name: c.name.clone(),
+            watched,
+            content: present.then_some(content),
+            keys,
+        });
     }
     ContentHash {
         hex: to_hex(&h.finalize()),
         watched_hex: to_hex(&set.finalize()),
         missing_required,
+        spec: watch.spec,
+        configs,
     }
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+/// Lower-case hex of `bytes`.
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -272,8 +371,22 @@ mod tests {
             .collect()
     }
 
+    /// Every consumption watched, no spec.
+    fn all_watched(watched: &[Consumption]) -> Watch {
+        Watch {
+            candidates: watched
+                .iter()
+                .map(|c| crate::opt_in::Candidate {
+                    consumption: c.clone(),
+                    reason: Some(crate::opt_in::Reason::Auto),
+                })
+                .collect(),
+            spec: [0; 8],
+        }
+    }
+
     fn hash(watched: &[Consumption], s: &Store) -> ContentHash {
-        content_hash(watched, |kind, name| {
+        content_hash(&all_watched(watched), |kind, name| {
             let (data, bin) = s.get(&(kind, name.to_owned()))?;
             Some(match kind {
                 ConfigKind::ConfigMap => ConfigData::ConfigMap {

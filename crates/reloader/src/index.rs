@@ -416,6 +416,7 @@ mod tests {
     fn auto_reload_all_indexes_unannotated_workloads() {
         let mut index = ConsumerIndex::new(Options {
             auto_reload_all: true,
+            ..Options::default()
         });
         assert!(index.apply((&deployment("a", json!({}), envfrom_cm("cm"))).into()));
         assert!(

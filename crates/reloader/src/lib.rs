@@ -3,6 +3,9 @@
 //! # Modules
 //! - [`audit`]: offline, over a set of objects: which workloads roll for which config, and why.
 //! - [`consumers`]: which ConfigMaps/Secrets a pod template consumes, and which keys it reads.
+//! - [`filters`]: Reloader's namespace, config and workload-kind filters (its flags).
+//! - [`settings`]: per-workload rollout settings (debounce, Reloader's pause-period and
+//!   rollout-strategy).
 //! - [`workload`]: Deployment, StatefulSet, DaemonSet and CronJob as one [`Workload`].
 //! - [`opt_in`]: the Reloader and wave annotations, and the configs a workload watches.
 //! - [`hash`]: the SHA-256 content hash over exactly what the pods read.
@@ -16,12 +19,14 @@
 pub mod audit;
 pub mod consumers;
 mod error;
+pub mod filters;
 pub mod hash;
 pub mod index;
 pub mod opt_in;
 pub mod patch;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod settings;
 pub mod workload;
 
 pub use error::{Error, Result};

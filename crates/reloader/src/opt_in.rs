@@ -1,37 +1,46 @@
 //! Whether a workload wants to roll when a given ConfigMap/Secret changes: the annotations of
-//! Stakater Reloader and of wave, with Reloader's semantics.
+//! Stakater Reloader and of wave, with Reloader's semantics (the released v1.4 line).
 //!
-//! Reloader (`internal/pkg/reload/matcher.go` and `service.go` upstream), in this order:
-//! 1. `reloader.stakater.com/ignore: "true"` on the config: never.
+//! Reloader (`pkg/common/common.go` `ShouldReload` upstream), in this order:
+//! 1. `reloader.stakater.com/ignore: "true"` on the config: never. With `--resources-to-ignore`
+//!    ([`Options::ignore_config_maps`], [`Options::ignore_secrets`]) a whole kind is never watched.
 //! 2. The workload's own annotations are used when they hold any annotation relevant to the config's
 //!    kind (the typed `reload` list, `search`, `auto`, the typed `auto`); otherwise the pod
 //!    template's annotations when *they* hold one; otherwise the workload's.
-//! 3. `configmaps.exclude.reloader.stakater.com/reload` / `secrets.exclude…`: comma-separated exact
-//!    names that never trigger (through Reloader's annotations).
+//! 3. `configmaps.exclude.reloader.stakater.com/reload` / `secrets.exclude…` on the workload:
+//!    comma-separated exact names that never trigger (through Reloader's annotations).
 //! 4. `configmap.reloader.stakater.com/reload` / `secret.reloader.stakater.com/reload`: a
 //!    comma-separated list, each entry trimmed and matched as the anchored regex `^(entry)$`. This is
 //!    the one rule that does **not** require the pod to consume the config: Reloader rolls a workload
 //!    for a named config even when no container references it, and so do we. An entry that is not a
-//!    valid regex is compared literally (as Reloader does) and reported as an [`Error`].
+//!    valid regex is compared literally and reported as an [`Error`].
 //! 5. `reloader.stakater.com/search: "true"` on the workload and `reloader.stakater.com/match: "true"`
-//!    on the config, if consumed.
-//! 6. `reloader.stakater.com/auto: "true"`, or the typed `configmap.reloader.stakater.com/auto` /
-//!    `secret.reloader.stakater.com/auto: "true"`, if consumed. Values are compared with `"true"`
-//!    exactly, as current Reloader does.
+//!    on the config, if consumed (both compared with `"true"` exactly, as Reloader does).
+//! 6. `reloader.stakater.com/auto`, or the typed `configmap.reloader.stakater.com/auto` /
+//!    `secret.reloader.stakater.com/auto`, true, if consumed. These are booleans as Go's
+//!    `strconv.ParseBool` reads them, as Reloader v1.4 does: `1`, `t`, `T`, `TRUE`, `true`, `True`
+//!    are true; `0`, `f`, `F`, `FALSE`, `false`, `False` are false; anything else is false and
+//!    reported ([`Error::InvalidBoolean`]).
 //! 7. With [`Options::auto_reload_all`] (Reloader's `--auto-reload-all`): every consumed config,
-//!    unless `auto` or the typed `auto` is `"false"`.
+//!    when neither `auto` nor the typed `auto` is set (an empty value counts as unset).
 //!
 //! wave: `wave.pusher.com/update-on-config-change: "true"` on the workload's metadata: every
 //! consumed config. `ignore` on the config applies to wave too (a conflux choice: one switch on a
 //! config that says "never roll anything for me").
+//!
+//! [`watch`] turns these rules into what a workload watches now, and what it *could* watch if only a
+//! config's own annotations changed (its candidates): those are hashed too, so a config whose data
+//! changes in the same update that removes its `ignore` (or adds `match`) rolls, as in Reloader.
 
 use std::collections::BTreeMap;
 
 use regex::Regex;
+use sha2::{Digest, Sha256};
 use watch_index::refs::ConfigKind;
 
 use crate::Error;
 use crate::consumers::{Consumption, Keys};
+use crate::patch::ReloadStrategy;
 
 /// Workload annotation: roll on every consumed ConfigMap/Secret.
 pub const AUTO: &str = "reloader.stakater.com/auto";
@@ -56,11 +65,59 @@ pub const IGNORE: &str = "reloader.stakater.com/ignore";
 /// wave's workload annotation: roll on every consumed config.
 pub const WAVE_UPDATE_ON_CONFIG_CHANGE: &str = "wave.pusher.com/update-on-config-change";
 
-/// Controller-wide settings of the opt-in decision.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// The workload annotations whose values decide what it watches (the opt-in fingerprint).
+const WORKLOAD_KEYS: [&str; 9] = [
+    AUTO,
+    CONFIGMAP_AUTO,
+    SECRET_AUTO,
+    CONFIGMAP_RELOAD,
+    SECRET_RELOAD,
+    CONFIGMAPS_EXCLUDE,
+    SECRETS_EXCLUDE,
+    SEARCH,
+    WAVE_UPDATE_ON_CONFIG_CHANGE,
+];
+
+/// Reloader's controller-wide flags, as the opt-in and rollout decisions read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
-    /// Reloader's `--auto-reload-all`: workloads without annotations roll on every consumed config.
+    /// `--auto-reload-all`: workloads without `auto` annotations roll on every consumed config.
     pub auto_reload_all: bool,
+    /// `--reload-on-create`: the creation of a watched config rolls (default `true`: the pods read
+    /// what now exists; Reloader's default is `false`).
+    pub reload_on_create: bool,
+    /// `--reload-on-delete`: the deletion of a watched config rolls, unless a pod needs it to start
+    /// (default `true`; Reloader's default is `false`).
+    pub reload_on_delete: bool,
+    /// `--resources-to-ignore=configmaps`: no ConfigMap is ever watched.
+    pub ignore_config_maps: bool,
+    /// `--resources-to-ignore=secrets`: no Secret is ever watched.
+    pub ignore_secrets: bool,
+    /// `--reload-strategy`: how a rollout changes the pod template.
+    pub reload_strategy: ReloadStrategy,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            auto_reload_all: false,
+            reload_on_create: true,
+            reload_on_delete: true,
+            ignore_config_maps: false,
+            ignore_secrets: false,
+            reload_strategy: ReloadStrategy::Annotations,
+        }
+    }
+}
+
+impl Options {
+    /// Whether `--resources-to-ignore` names `kind`.
+    pub fn ignores(&self, kind: ConfigKind) -> bool {
+        match kind {
+            ConfigKind::ConfigMap => self.ignore_config_maps,
+            ConfigKind::Secret => self.ignore_secrets,
+        }
+    }
 }
 
 /// Why a workload rolls for a config.
@@ -71,9 +128,9 @@ pub enum Reason {
     Named,
     /// `search` on the workload, `match` on the config.
     SearchMatch,
-    /// `reloader.stakater.com/auto: "true"`.
+    /// `reloader.stakater.com/auto` is true.
     Auto,
-    /// The typed `auto` annotation.
+    /// The typed `auto` annotation is true.
     TypedAuto,
     /// [`Options::auto_reload_all`].
     AutoReloadAll,
@@ -132,6 +189,20 @@ impl NamePattern {
 /// Characters of an invalid annotation value quoted in its error (annotations may be long).
 const MAX_QUOTED_VALUE: usize = 64;
 
+/// What Reloader v1.4 accepts as a boolean in `auto` annotations (Go's `strconv.ParseBool`).
+pub const GO_BOOLEANS: &str = "1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False";
+/// What is accepted where Reloader and wave compare with `"true"` exactly.
+const EXACT_BOOLEANS: &str = "true, false";
+
+/// Go's `strconv.ParseBool`: `None` for anything it refuses.
+pub fn parse_go_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
+        _ => None,
+    }
+}
+
 fn kind_index(kind: ConfigKind) -> usize {
     match kind {
         ConfigKind::ConfigMap => 0,
@@ -187,18 +258,29 @@ impl Annotations {
             exclude: [list(CONFIGMAPS_EXCLUDE), list(SECRETS_EXCLUDE)],
             search: get(SEARCH),
         };
-        // Reloader compares these with "true" (and "false") exactly; any other value is ignored
-        // as it ignores it, but said, since `True` or `"true "` is almost always meant as true.
-        for key in [AUTO, CONFIGMAP_AUTO, SECRET_AUTO, SEARCH] {
+        // Values Reloader would read as false although they were almost certainly meant otherwise
+        // (`yes`, `"true "`) are ignored as it ignores them, but said. An empty value is "unset".
+        for key in [AUTO, CONFIGMAP_AUTO, SECRET_AUTO] {
             if let Some(value) = map
                 .get(key)
-                .filter(|v| !matches!(v.as_str(), "true" | "false"))
+                .filter(|v| !v.is_empty() && parse_go_bool(v).is_none())
             {
                 problems.push(Error::InvalidBoolean {
                     annotation: key,
                     value: value.chars().take(MAX_QUOTED_VALUE).collect(),
+                    accepted: GO_BOOLEANS,
                 });
             }
+        }
+        if let Some(value) = map
+            .get(SEARCH)
+            .filter(|v| !matches!(v.as_str(), "true" | "false"))
+        {
+            problems.push(Error::InvalidBoolean {
+                annotation: SEARCH,
+                value: value.chars().take(MAX_QUOTED_VALUE).collect(),
+                accepted: EXACT_BOOLEANS,
+            });
         }
         parsed
     }
@@ -213,6 +295,18 @@ impl Annotations {
     fn says(value: &Option<String>, what: &str) -> bool {
         value.as_deref() == Some(what)
     }
+
+    /// `auto` or the typed `auto` for kind `k` is true (Go's `ParseBool`).
+    fn auto_on(&self, k: usize) -> bool {
+        let on = |v: &Option<String>| v.as_deref().and_then(parse_go_bool) == Some(true);
+        on(&self.auto) || on(&self.typed_auto[k])
+    }
+
+    /// Neither `auto` nor the typed `auto` for kind `k` has a value (what `--auto-reload-all` asks).
+    fn auto_unset(&self, k: usize) -> bool {
+        let unset = |v: &Option<String>| v.as_deref().unwrap_or_default().is_empty();
+        unset(&self.auto) && unset(&self.typed_auto[k])
+    }
 }
 
 /// A workload's opt-in, parsed once from its annotations (cheap to evaluate per config event).
@@ -222,6 +316,8 @@ pub struct OptIn {
     template: Annotations,
     wave: bool,
     problems: Vec<Error>,
+    /// SHA-256 over the values of [`WORKLOAD_KEYS`] on both maps: what this opt-in was parsed from.
+    fingerprint: [u8; 32],
 }
 
 impl OptIn {
@@ -238,14 +334,29 @@ impl OptIn {
             problems.push(Error::InvalidBoolean {
                 annotation: WAVE_UPDATE_ON_CONFIG_CHANGE,
                 value: value.chars().take(MAX_QUOTED_VALUE).collect(),
+                accepted: EXACT_BOOLEANS,
             });
         }
         let wave = wave_value.is_some_and(|v| v == "true");
+        let mut h = Sha256::new();
+        for map in [workload, template] {
+            for key in WORKLOAD_KEYS {
+                match map.and_then(|m| m.get(key)) {
+                    None => h.update([0u8]),
+                    Some(value) => {
+                        h.update([1u8]);
+                        h.update((value.len() as u64).to_be_bytes());
+                        h.update(value.as_bytes());
+                    }
+                }
+            }
+        }
         OptIn {
             workload: parsed_workload,
             template: parsed_template,
             wave,
             problems,
+            fingerprint: h.finalize().into(),
         }
     }
 
@@ -254,8 +365,8 @@ impl OptIn {
         OptIn::parse(workload.annotations(), workload.template_annotations())
     }
 
-    /// Invalid `reload` list entries (compared literally) and boolean annotations whose value is
-    /// neither `true` nor `false` (ignored); for a warning Event.
+    /// Invalid `reload` list entries (compared literally) and boolean annotations whose value
+    /// Reloader would not read as a boolean (ignored); for a warning Event.
     pub fn problems(&self) -> &[Error] {
         &self.problems
     }
@@ -277,7 +388,7 @@ impl OptIn {
     }
 
     /// Whether a `reload` list that applies holds a real regex (matching needs the namespace's
-    /// config names, see [`watched_configs`]).
+    /// config names, see [`watch`]).
     pub fn has_regex_patterns(&self) -> bool {
         [ConfigKind::ConfigMap, ConfigKind::Secret]
             .into_iter()
@@ -294,16 +405,14 @@ impl OptIn {
         self.wave
             || [ConfigKind::ConfigMap, ConfigKind::Secret]
                 .into_iter()
+                .filter(|kind| !options.ignores(*kind))
                 .any(|kind| {
                     let k = kind_index(kind);
                     let a = self.select(kind);
                     !self.named_patterns(kind).is_empty()
                         || Annotations::says(&a.search, "true")
-                        || Annotations::says(&a.auto, "true")
-                        || Annotations::says(&a.typed_auto[k], "true")
-                        || (options.auto_reload_all
-                            && !Annotations::says(&a.auto, "false")
-                            && !Annotations::says(&a.typed_auto[k], "false"))
+                        || a.auto_on(k)
+                        || (options.auto_reload_all && a.auto_unset(k))
                 })
     }
 
@@ -323,27 +432,41 @@ impl OptIn {
                 .and_then(|a| a.get(key))
                 .is_some_and(|v| v == "true")
         };
-        if config_says(IGNORE) {
+        if config_says(IGNORE) || options.ignores(kind) {
+            return None;
+        }
+        self.would_watch(kind, name, config_says(MATCH), consumed, options)
+    }
+
+    /// [`watches`](Self::watches) for a config without `ignore` and with `match` as given: the
+    /// workload side of the decision alone.
+    fn would_watch(
+        &self,
+        kind: ConfigKind,
+        name: &str,
+        matched: bool,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        if options.ignores(kind) {
             return None;
         }
         let k = kind_index(kind);
         let a = self.select(kind);
+        let on = |v: &Option<String>| v.as_deref().and_then(parse_go_bool) == Some(true);
         let reloader = if a.exclude[k].iter().any(|e| e == name) {
             None
         } else if self.named_patterns(kind).iter().any(|p| p.matches(name)) {
             Some(Reason::Named)
         } else if !consumed {
             None
-        } else if Annotations::says(&a.search, "true") && config_says(MATCH) {
+        } else if Annotations::says(&a.search, "true") && matched {
             Some(Reason::SearchMatch)
-        } else if Annotations::says(&a.auto, "true") {
+        } else if on(&a.auto) {
             Some(Reason::Auto)
-        } else if Annotations::says(&a.typed_auto[k], "true") {
+        } else if on(&a.typed_auto[k]) {
             Some(Reason::TypedAuto)
-        } else if options.auto_reload_all
-            && !Annotations::says(&a.auto, "false")
-            && !Annotations::says(&a.typed_auto[k], "false")
-        {
+        } else if options.auto_reload_all && a.auto_unset(k) {
             Some(Reason::AutoReloadAll)
         } else {
             None
@@ -359,6 +482,13 @@ pub trait NamespaceConfigs {
 
     /// Every config of the namespace. Only asked for when a `reload` list holds a real regex.
     fn names(&self) -> Vec<(ConfigKind, &str)>;
+
+    /// Whether the config passes the controller's config filter (Reloader's
+    /// `--resource-label-selector`); one that does not is never watched. Absent configs pass (no
+    /// labels are known to refuse them). Everything passes by default.
+    fn selected(&self, _kind: ConfigKind, _name: &str) -> bool {
+        true
+    }
 }
 
 /// Nothing known: no config has annotations, none is listed (for workloads without regexes, or
@@ -373,45 +503,106 @@ impl NamespaceConfigs for () {
     }
 }
 
-/// The configs whose content decides a workload's hash: the consumed ones it
-/// [`watches`](OptIn::watches), plus the configs its `reload` lists name that the pod does not
-/// consume (hashed whole, and optional: pods do not need them to start).
+/// One config a workload could watch, and whether it does now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The config, and what the pods read of it (named configs the pods do not consume are read
+    /// whole, and optional).
+    pub consumption: Consumption,
+    /// Why it is watched now; `None` while a config-side annotation (`ignore`, a missing `match`,
+    /// labels outside `--resource-label-selector`) keeps it out.
+    pub reason: Option<Reason>,
+}
+
+impl Candidate {
+    /// Whether it is watched now.
+    pub fn watched(&self) -> bool {
+        self.reason.is_some()
+    }
+}
+
+/// What a workload watches, and what it would watch if only configs' own annotations changed:
+/// the input of [`content_hash`](crate::hash::content_hash).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watch {
+    /// Sorted by (kind, name), one per object.
+    pub candidates: Vec<Candidate>,
+    /// SHA-256 (first 8 bytes) of the workload side: everything the pod template consumes, the
+    /// opt-in annotations and the options that decide watching. A change here is the workload
+    /// changing what it watches; a rollout then is the pod template's own business.
+    pub spec: [u8; 8],
+}
+
+impl Watch {
+    /// The configs watched now.
+    pub fn watched(&self) -> impl Iterator<Item = &Consumption> {
+        self.candidates
+            .iter()
+            .filter(|c| c.watched())
+            .map(|c| &c.consumption)
+    }
+
+    /// The config `kind`/`name` is watched now.
+    pub fn is_watched(&self, kind: ConfigKind, name: &str) -> bool {
+        self.candidates
+            .iter()
+            .any(|c| c.watched() && c.consumption.kind == kind && c.consumption.name == name)
+    }
+}
+
+/// What a workload watches ([`Watch`]): its consumed configs that it [`watches`](OptIn::watches)
+/// or would watch were the config's annotations different, plus the configs its `reload` lists
+/// name that the pod does not consume (hashed whole, and optional: pods do not need them to start).
 ///
 /// `configs` is what the controller's metadata cache knows of the workload's namespace: each
 /// config's annotations, and (only asked when a `reload` list holds a real regex,
 /// [`OptIn::has_regex_patterns`]) the names of all of them. Literal names are included even while
 /// absent, so their creation changes the hash. The result is sorted by (kind, name), one entry per
 /// object.
-pub fn watched_configs(
+pub fn watch(
     consumers: &[Consumption],
     opt_in: &OptIn,
     options: Options,
     configs: &impl NamespaceConfigs,
-) -> Vec<Consumption> {
-    let config_annotations = |kind: ConfigKind, name: &str| configs.annotations(kind, name);
-    let mut out: Vec<Consumption> = consumers
+) -> Watch {
+    let reason = |kind: ConfigKind, name: &str, consumed: bool| -> Option<Option<Reason>> {
+        // Not even a candidate when no config-side annotation could make it watched.
+        opt_in.would_watch(kind, name, true, consumed, options)?;
+        let now = opt_in
+            .watches(
+                kind,
+                name,
+                configs.annotations(kind, name),
+                consumed,
+                options,
+            )
+            .filter(|_| configs.selected(kind, name));
+        Some(now)
+    };
+    let mut candidates: Vec<Candidate> = consumers
         .iter()
-        .filter(|c| {
-            let ann = config_annotations(c.kind, &c.name);
-            opt_in
-                .watches(c.kind, &c.name, ann, true, options)
-                .is_some()
+        .filter_map(|c| {
+            Some(Candidate {
+                reason: reason(c.kind, &c.name, true)?,
+                consumption: c.clone(),
+            })
         })
-        .cloned()
         .collect();
     let consumed =
         |kind: ConfigKind, name: &str| consumers.iter().any(|c| c.kind == kind && c.name == name);
-    let add_named = |kind: ConfigKind, name: &str, out: &mut Vec<Consumption>| {
+    let mut add_named = |kind: ConfigKind, name: &str| {
         if consumed(kind, name) {
             return;
         }
-        let ann = config_annotations(kind, name);
-        if opt_in.watches(kind, name, ann, false, options).is_some() {
-            out.push(Consumption {
-                kind,
-                name: name.to_owned(),
-                keys: Keys::All,
-                optional: true,
+        if let Some(reason) = reason(kind, name, false) {
+            candidates.push(Candidate {
+                consumption: Consumption {
+                    kind,
+                    name: name.to_owned(),
+                    keys: Keys::All,
+                    optional: true,
+                },
+                reason,
             });
         }
     };
@@ -421,17 +612,75 @@ pub fn watched_configs(
             .iter()
             .filter_map(NamePattern::as_literal)
         {
-            add_named(kind, literal, &mut out);
+            add_named(kind, literal);
         }
     }
     if opt_in.has_regex_patterns() {
         for (kind, name) in configs.names() {
-            add_named(kind, name, &mut out);
+            add_named(kind, name);
         }
     }
-    out.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
-    out.dedup_by(|a, b| a.kind == b.kind && a.name == b.name);
+    candidates.sort_by(|a, b| {
+        (a.consumption.kind, &a.consumption.name).cmp(&(b.consumption.kind, &b.consumption.name))
+    });
+    candidates.dedup_by(|a, b| {
+        a.consumption.kind == b.consumption.kind && a.consumption.name == b.consumption.name
+    });
+    Watch {
+        spec: spec_digest(consumers, opt_in, options),
+        candidates,
+    }
+}
+
+/// The workload side of [`Watch::spec`]: what is consumed and how, the opt-in fingerprint, and the
+/// options that decide watching (not `reload_on_*`, which decide rollouts only).
+fn spec_digest(consumers: &[Consumption], opt_in: &OptIn, options: Options) -> [u8; 8] {
+    let mut sorted: Vec<&Consumption> = consumers.iter().collect();
+    sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    let mut h = Sha256::new();
+    let lp = |h: &mut Sha256, bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
+    };
+    lp(&mut h, b"conflux.dev/watch-spec/v1");
+    h.update((sorted.len() as u64).to_be_bytes());
+    for c in sorted {
+        h.update([kind_index(c.kind) as u8, u8::from(c.optional)]);
+        lp(&mut h, c.name.as_bytes());
+        match &c.keys {
+            Keys::All => h.update([0u8]),
+            Keys::Only(keys) => {
+                h.update([1u8]);
+                h.update((keys.len() as u64).to_be_bytes());
+                for key in keys {
+                    lp(&mut h, key.as_bytes());
+                }
+            }
+        }
+    }
+    h.update(opt_in.fingerprint);
+    h.update([
+        u8::from(options.auto_reload_all),
+        u8::from(options.ignore_config_maps),
+        u8::from(options.ignore_secrets),
+    ]);
+    let digest = h.finalize();
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&digest[..8]);
     out
+}
+
+/// The configs a workload watches now: [`watch`] without the candidates it does not watch.
+pub fn watched_configs(
+    consumers: &[Consumption],
+    opt_in: &OptIn,
+    options: Options,
+    configs: &impl NamespaceConfigs,
+) -> Vec<Consumption> {
+    watch(consumers, opt_in, options, configs)
+        .watched()
+        .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -500,8 +749,43 @@ mod tests {
                 ..BASE
             },
             Case {
-                what: "auto is exactly \"true\"",
+                what: "auto reads Go booleans: True",
                 workload: &[(AUTO, "True")],
+                want: Some(Auto),
+                ..BASE
+            },
+            Case {
+                what: "auto reads Go booleans: 1",
+                workload: &[(AUTO, "1")],
+                want: Some(Auto),
+                ..BASE
+            },
+            Case {
+                what: "typed auto reads Go booleans: T",
+                workload: &[(CONFIGMAP_AUTO, "T")],
+                want: Some(TypedAuto),
+                ..BASE
+            },
+            Case {
+                what: "auto yes is not a Go boolean",
+                workload: &[(AUTO, "yes")],
+                ..BASE
+            },
+            Case {
+                what: "auto FALSE",
+                workload: &[(AUTO, "FALSE")],
+                ..BASE
+            },
+            Case {
+                what: "search is exactly \"true\"",
+                workload: &[(SEARCH, "True")],
+                config: &[(MATCH, "true")],
+                ..BASE
+            },
+            Case {
+                what: "match is exactly \"true\"",
+                workload: &[(SEARCH, "true")],
+                config: &[(MATCH, "1")],
                 ..BASE
             },
             Case {
@@ -713,6 +997,25 @@ mod tests {
                 ..BASE
             },
             Case {
+                what: "auto-reload-all: a value Reloader cannot parse is not unset",
+                all: true,
+                workload: &[(AUTO, "yes")],
+                ..BASE
+            },
+            Case {
+                what: "auto-reload-all: an empty value is unset",
+                all: true,
+                workload: &[(AUTO, "")],
+                want: Some(AutoReloadAll),
+                ..BASE
+            },
+            Case {
+                what: "auto-reload-all opted out with a Go false",
+                all: true,
+                workload: &[(CONFIGMAP_AUTO, "0")],
+                ..BASE
+            },
+            Case {
                 what: "auto-reload-all other kind opted out",
                 all: true,
                 workload: &[(SECRET_AUTO, "false")],
@@ -725,6 +1028,7 @@ mod tests {
             let opt_in = OptIn::parse(w.as_ref(), t.as_ref());
             let options = Options {
                 auto_reload_all: c.all,
+                ..Options::default()
             };
             let got = opt_in.watches(c.kind, c.name, cfg.as_ref(), c.consumed, options);
             assert_eq!(got, c.want, "{}", c.what);
@@ -840,5 +1144,145 @@ mod tests {
         let opt_in = OptIn::parse(map(&[(SECRET_RELOAD, "creds")]).as_ref(), None);
         let got = watched_configs(&consumers, &opt_in, Options::default(), &());
         assert_eq!(got, [consumers[2].clone()]);
+    }
+
+    #[test]
+    fn boolean_problems_name_what_reloader_accepts() {
+        let w = map(&[(AUTO, "yes"), (SEARCH, "True"), (CONFIGMAP_AUTO, "1")]);
+        let opt_in = OptIn::parse(w.as_ref(), None);
+        let problems: Vec<String> = opt_in.problems().iter().map(|p| p.to_string()).collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains(AUTO) && problems[0].contains(GO_BOOLEANS));
+        assert!(problems[1].contains(SEARCH) && problems[1].contains("true, false"));
+        // An empty value is unset, not a problem.
+        let empty = OptIn::parse(map(&[(AUTO, "")]).as_ref(), None);
+        assert!(empty.problems().is_empty());
+    }
+
+    struct Annotated(BTreeMap<(ConfigKind, String), BTreeMap<String, String>>);
+
+    impl NamespaceConfigs for Annotated {
+        fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+            self.0.get(&(kind, name.to_owned()))
+        }
+        fn names(&self) -> Vec<(ConfigKind, &str)> {
+            self.0.keys().map(|(k, n)| (*k, n.as_str())).collect()
+        }
+    }
+
+    type Entry<'a> = (ConfigKind, &'a str, &'a [(&'a str, &'a str)]);
+
+    fn annotated(entries: &[Entry<'_>]) -> Annotated {
+        Annotated(
+            entries
+                .iter()
+                .map(|(k, n, a)| ((*k, n.to_string()), map(a).unwrap_or_default()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn candidates_are_what_a_config_annotation_alone_could_make_watched() {
+        let consumed = |name: &str| Consumption {
+            kind: ConfigMap,
+            name: name.into(),
+            keys: Keys::All,
+            optional: false,
+        };
+        let consumers = [consumed("ignored"), consumed("plain"), consumed("matched")];
+        let configs = annotated(&[
+            (ConfigMap, "ignored", &[(IGNORE, "true")]),
+            (ConfigMap, "matched", &[(MATCH, "true")]),
+        ]);
+        let summary = |w: &Watch| -> Vec<(String, bool)> {
+            w.candidates
+                .iter()
+                .map(|c| (c.consumption.name.clone(), c.watched()))
+                .collect()
+        };
+        // auto: every consumed config is a candidate; `ignore` keeps one unwatched.
+        let auto = OptIn::parse(map(&[(AUTO, "true")]).as_ref(), None);
+        let w = watch(&consumers, &auto, Options::default(), &configs);
+        assert_eq!(
+            summary(&w),
+            [
+                ("ignored".to_owned(), false),
+                ("matched".to_owned(), true),
+                ("plain".to_owned(), true)
+            ]
+        );
+        // search: the ones without `match` are candidates (adding `match` makes them watched).
+        let search = OptIn::parse(map(&[(SEARCH, "true")]).as_ref(), None);
+        let w = watch(&consumers, &search, Options::default(), &configs);
+        assert_eq!(
+            summary(&w),
+            [
+                ("ignored".to_owned(), false),
+                ("matched".to_owned(), true),
+                ("plain".to_owned(), false)
+            ]
+        );
+        // A named list: consumed configs it does not name are no candidates (only the workload
+        // could make them watched), excluded ones neither.
+        let named = OptIn::parse(
+            map(&[
+                (CONFIGMAP_RELOAD, "plain, other"),
+                (CONFIGMAPS_EXCLUDE, "other"),
+            ])
+            .as_ref(),
+            None,
+        );
+        let w = watch(&consumers, &named, Options::default(), &configs);
+        assert_eq!(summary(&w), [("plain".to_owned(), true)]);
+        // --resources-to-ignore: never a candidate.
+        let ignore_cms = Options {
+            ignore_config_maps: true,
+            ..Options::default()
+        };
+        assert!(
+            watch(&consumers, &auto, ignore_cms, &configs)
+                .candidates
+                .is_empty()
+        );
+        // Secrets still count.
+        assert!(auto.is_enabled(ignore_cms));
+    }
+
+    #[test]
+    fn the_spec_digest_moves_with_the_workload_side_only() {
+        let consumers = [Consumption {
+            kind: Secret,
+            name: "creds".into(),
+            keys: Keys::All,
+            optional: false,
+        }];
+        let auto = OptIn::parse(map(&[(AUTO, "true")]).as_ref(), None);
+        let quiet = annotated(&[]);
+        let ignored = annotated(&[(Secret, "creds", &[(IGNORE, "true")])]);
+        let base = watch(&consumers, &auto, Options::default(), &quiet);
+        let flipped = watch(&consumers, &auto, Options::default(), &ignored);
+        assert_eq!(
+            base.spec, flipped.spec,
+            "a config annotation is config side"
+        );
+        assert_ne!(base.candidates, flipped.candidates);
+        let other_opt_in = OptIn::parse(map(&[(AUTO, "True")]).as_ref(), None);
+        assert_ne!(
+            base.spec,
+            watch(&consumers, &other_opt_in, Options::default(), &quiet).spec
+        );
+        let fewer_keys = [Consumption {
+            keys: Keys::Only(["a".to_owned()].into()),
+            ..consumers[0].clone()
+        }];
+        assert_ne!(
+            base.spec,
+            watch(&fewer_keys, &auto, Options::default(), &quiet).spec
+        );
+        let no_create = Options {
+            reload_on_create: false,
+            ..Options::default()
+        };
+        assert_eq!(base.spec, watch(&consumers, &auto, no_create, &quiet).spec);
     }
 }

@@ -1,43 +1,95 @@
 //! The rollout decision and the server-side-apply patch that carries it.
 //!
 //! A rollout is one pod-template annotation, [`CONFIG_HASH_ANNOTATION`], set to the workload's
-//! [content hash](crate::hash). Next to it, on the workload's own metadata (which does not roll
-//! anything), [`BASELINE_ANNOTATION`] records `<content hash>.<watched-set digest>` as last seen.
-//! The baseline is what makes the decision safe:
+//! [content hash](crate::hash) (with [`ReloadStrategy::EnvVars`], Reloader's
+//! `STAKATER_<NAME>_<KIND>` variables instead), plus Reloader's [`LAST_RELOADED_FROM_ANNOTATION`]
+//! naming the config behind it. Next to them, on the workload's own metadata (which does not roll
+//! anything), [`BASELINE_ANNOTATION`] records what every candidate config looked like when last
+//! seen, in digests (see [`baseline_value`]). The baseline is what makes the decision safe:
 //!
 //! | situation | baseline | action |
 //! |---|---|---|
 //! | first opt-in, adoption, or conflux never saw the workload | absent | [`Action::RecordBaseline`]: no rollout |
 //! | conflux restarts, nothing changed | equal | [`Action::None`] |
-//! | a watched config's content changed (also while conflux was down) | content differs | [`Action::Rollout`] |
-//! | what is watched changed: pod spec, opt-in annotations, `ignore`/`match` on a config, a config created that a `reload` regex matches | watched set differs | [`Action::RecordBaseline`]: a pod spec change rolls by itself, the others are not content changes |
+//! | a watched config's content changed (also while conflux was down) | that config's digest differs | [`Action::Rollout`] |
+//! | a config's data changed in the same update that made it watched (`ignore` removed, `match` added, labels now selected) | that config's digest differs, and it is watched now | [`Action::Rollout`], as Reloader |
+//! | a config's data changed in the same update that made it unwatched (`ignore` added) | differs, not watched now | [`Action::RecordBaseline`] |
+//! | a watched config was created or deleted | absent on one side | [`Action::Rollout`] unless `--reload-on-create=false` / `--reload-on-delete=false` |
+//! | what the workload watches changed: pod spec, opt-in annotations | workload side ([`Watch::spec`](crate::opt_in::Watch::spec)) differs | [`Action::RecordBaseline`]: a pod spec change rolls by itself, an opt-in change is not a content change |
+//! | only membership changed (`ignore` added or removed, no data change) | digests equal | [`Action::RecordBaseline`] |
 //! | a required config is missing | any | [`Action::None`]: new pods could not start; wait for it |
 //!
-//! Because the watched-set digest tells content changes from membership changes, the decision
-//! needs no "why are we looking" input: a workload update (scaling, a label) is harmless, and the
-//! controller can call [`decide`] after any event. A content change that lands together with a
-//! membership change only moves the baseline (the pod spec change, if any, rolls the pods anyway).
+//! The decision needs no "why are we looking" input: a workload update (scaling, a label) is
+//! harmless, and the controller can call [`decide`] after any event.
 //!
 //! Patches are server-side apply with field manager [`FIELD_MANAGER`]. SSA removes fields a manager
-//! owned and no longer sends, so every patch sends *both* annotations once they exist: recording a
-//! baseline re-sends the current template hash unchanged, which leaves the template (and the pods)
-//! alone. Flux's kustomize-controller takes over fields of managers named `kubectl*` and
-//! `before-first-apply`; `conflux-reloader` matches neither, so Flux leaves our annotations in place
-//! and applying the same manifest again neither removes them nor rolls the workload. When a
-//! workload opts out, the annotations are left as they are (removing the template one would roll
-//! it); if it opts in again, the old baseline still stands.
+//! owned and no longer sends, so every patch sends *every* field conflux set once they exist:
+//! recording a baseline re-sends the current template annotations and variables unchanged, which
+//! leaves the template (and the pods) alone. Flux's kustomize-controller takes over fields of
+//! managers named `kubectl*` and `before-first-apply`; `conflux-reloader` matches neither, so Flux
+//! leaves our fields in place and applying the same manifest again neither removes them nor rolls
+//! the workload. When a workload opts out, the annotations are left as they are (removing the
+//! template one would roll it).
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::Serialize;
 use serde_json::{Value, json};
+use watch_index::refs::ConfigKind;
 
-use crate::hash::ContentHash;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::consumers::{container_ref, pod_spec_consumers};
+use crate::hash::{ConfigDigest, ContentHash, to_hex};
+use crate::opt_in::Options;
 use crate::workload::{Workload, WorkloadKind};
 
 /// Field manager of every patch this crate makes.
 pub const FIELD_MANAGER: &str = "conflux-reloader";
 /// Pod-template annotation whose change rolls the workload.
 pub const CONFIG_HASH_ANNOTATION: &str = "conflux.dev/config-hash";
-/// Workload-metadata annotation: the hash last recorded (no rollout when it changes).
+/// Workload-metadata annotation: the baseline last recorded (no rollout when it changes).
 pub const BASELINE_ANNOTATION: &str = "conflux.dev/config-hash-baseline";
+/// Pod-template annotation, as Reloader writes it: JSON naming the config behind the last rollout
+/// (`type`, `name`, `namespace`, `hash`, `containerRefs`, `observedAt`).
+pub const LAST_RELOADED_FROM_ANNOTATION: &str = "reloader.stakater.com/last-reloaded-from";
+/// Prefix of the env-vars strategy's variables (`STAKATER_<NAME>_CONFIGMAP` / `_SECRET`).
+pub const ENV_VAR_PREFIX: &str = "STAKATER_";
+
+/// Key digests kept per config in the baseline; a config read with more keys is tracked whole
+/// (its rollouts then cannot name the keys that changed).
+const MAX_TRACKED_KEYS: usize = 32;
+/// Above this, the baseline drops its key digests (annotations share 256 KiB per object, and the
+/// Deployment controller copies them onto ReplicaSets).
+const KEY_DIGEST_BUDGET: usize = 8 * 1024;
+/// Above this, the baseline falls back to the version-1 form (two whole-set digests).
+const BASELINE_BUDGET: usize = 64 * 1024;
+
+/// How a rollout changes the pod template (Reloader's `--reload-strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReloadStrategy {
+    /// The pod-template annotation [`CONFIG_HASH_ANNOTATION`] (and
+    /// [`LAST_RELOADED_FROM_ANNOTATION`]).
+    #[default]
+    Annotations,
+    /// Reloader's default: a `STAKATER_<NAME>_<KIND>` variable set to the config's digest in the
+    /// container that reads it (and [`LAST_RELOADED_FROM_ANNOTATION`]).
+    EnvVars,
+}
+
+/// A Reloader `STAKATER_*` variable in one container of a pod template.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EnvVarRef {
+    /// The container.
+    pub container: String,
+    /// The variable's name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
 
 /// What the decision needs to know about a workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,26 +104,195 @@ pub struct WorkloadState {
     pub baseline: Option<String>,
     /// [`CONFIG_HASH_ANNOTATION`] on its pod template.
     pub template_hash: Option<String>,
+    /// [`LAST_RELOADED_FROM_ANNOTATION`] on its pod template.
+    pub last_reloaded_from: Option<String>,
+    /// The `STAKATER_*_CONFIGMAP` / `_SECRET` variables of its containers, sorted.
+    pub env: Vec<EnvVarRef>,
+    /// For each config its pods read, and the first container otherwise: the container Reloader
+    /// names ([`container_ref`]).
+    pub container_refs: BTreeMap<(ConfigKind, String), String>,
+    /// Its first regular container (for configs the pods do not read).
+    pub first_container: Option<String>,
 }
 
 impl WorkloadState {
     /// Reads the state from a workload; `None` without a name or namespace.
     pub fn of(workload: Workload<'_>) -> Option<Self> {
-        let meta = workload.metadata();
+        WorkloadState::from_template(
+            workload.kind(),
+            workload.metadata(),
+            workload.pod_template(),
+        )
+    }
+
+    /// Reads the state from a workload's metadata and pod template (for kinds of your own: pass
+    /// the built-in kind whose patch shape fits, or build the patch body yourself); `None`
+    /// without a name or namespace.
+    pub fn from_template(
+        kind: WorkloadKind,
+        meta: &ObjectMeta,
+        pod_template: Option<&PodTemplateSpec>,
+    ) -> Option<Self> {
+        let template = pod_template
+            .and_then(|t| t.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref());
+        let spec = pod_template.and_then(|t| t.spec.as_ref());
+        let mut env = Vec::new();
+        let mut container_refs = BTreeMap::new();
+        if let Some(spec) = spec {
+            for c in &spec.containers {
+                for var in c.env.as_deref().unwrap_or_default() {
+                    if is_reloader_env_var(&var.name) {
+                        env.push(EnvVarRef {
+                            container: c.name.clone(),
+                            name: var.name.clone(),
+                            value: var.value.clone().unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+            for c in pod_spec_consumers(spec) {
+                if let Some(r) = container_ref(spec, c.kind, &c.name) {
+                    container_refs.insert((c.kind, c.name), r.to_owned());
+                }
+            }
+        }
+        env.sort();
         Some(WorkloadState {
-            kind: workload.kind(),
+            kind,
             namespace: meta.namespace.clone()?,
             name: meta.name.clone()?,
-            baseline: workload
-                .annotations()
+            baseline: meta
+                .annotations
+                .as_ref()
                 .and_then(|a| a.get(BASELINE_ANNOTATION))
                 .cloned(),
-            template_hash: workload
-                .template_annotations()
+            template_hash: template
                 .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
                 .cloned(),
+            last_reloaded_from: template
+                .and_then(|a| a.get(LAST_RELOADED_FROM_ANNOTATION))
+                .cloned(),
+            env,
+            container_refs,
+            first_container: spec
+                .and_then(|s| s.containers.first())
+                .map(|c| c.name.clone()),
         })
     }
+
+    /// The container Reloader names for a config of this workload.
+    fn container_for(&self, kind: ConfigKind, name: &str) -> Option<&str> {
+        self.container_refs
+            .get(&(kind, name.to_owned()))
+            .or(self.first_container.as_ref())
+            .map(String::as_str)
+    }
+}
+
+/// Whether `name` is one of Reloader's env-vars strategy variables.
+fn is_reloader_env_var(name: &str) -> bool {
+    name.starts_with(ENV_VAR_PREFIX) && (name.ends_with("_CONFIGMAP") || name.ends_with("_SECRET"))
+}
+
+/// Reloader's variable name for a config: `STAKATER_` + the name upper-cased with every run of
+/// other characters turned into one `_` (none at the start) + `_CONFIGMAP` or `_SECRET`.
+pub fn env_var_name(kind: ConfigKind, name: &str) -> String {
+    let mut out = String::from(ENV_VAR_PREFIX);
+    let mut last_valid = false;
+    for ch in name.bytes().map(|b| b.to_ascii_uppercase()) {
+        if ch.is_ascii_uppercase() || ch.is_ascii_digit() {
+            out.push(char::from(ch));
+            last_valid = true;
+        } else {
+            if last_valid {
+                out.push('_');
+            }
+            last_valid = false;
+        }
+    }
+    out.push('_');
+    out.push_str(match kind {
+        ConfigKind::ConfigMap => "CONFIGMAP",
+        ConfigKind::Secret => "SECRET",
+    });
+    out
+}
+
+/// What happened to one watched config since the baseline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ChangeKind {
+    /// It exists now and did not.
+    Created,
+    /// Its content changed.
+    Updated,
+    /// It existed and does not now.
+    Deleted,
+}
+
+/// One watched config whose change a rollout answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigChange {
+    /// ConfigMap or Secret.
+    pub kind: ConfigKind,
+    /// Its name.
+    pub name: String,
+    /// What happened.
+    pub change: ChangeKind,
+    /// For an update: the keys read that changed or appeared, sorted, when the baseline tracked them;
+    /// `None` when it did not (more than 32 keys read, or an older baseline).
+    pub keys: Option<Vec<String>>,
+    /// For an update tracked by key: how many keys read disappeared.
+    pub keys_removed: usize,
+    /// Its config digest now (lower-case hex; empty when deleted).
+    pub digest: String,
+}
+
+impl std::fmt::Display for ConfigChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.kind, self.name)?;
+        match self.change {
+            ChangeKind::Created => f.write_str(" created"),
+            ChangeKind::Deleted => f.write_str(" deleted"),
+            ChangeKind::Updated => match &self.keys {
+                Some(keys) if !keys.is_empty() || self.keys_removed > 0 => {
+                    f.write_str(" changed (")?;
+                    if !keys.is_empty() {
+                        write!(f, "keys {}", keys.join(", "))?;
+                    }
+                    if self.keys_removed > 0 {
+                        if !keys.is_empty() {
+                            f.write_str("; ")?;
+                        }
+                        let s = if self.keys_removed == 1 { "" } else { "s" };
+                        write!(f, "{} key{s} removed", self.keys_removed)?;
+                    }
+                    f.write_str(")")
+                }
+                _ => f.write_str(" changed"),
+            },
+        }
+    }
+}
+
+/// Reloader's `last-reloaded-from` value: which config caused the last rollout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadSource {
+    /// `CONFIGMAP` or `SECRET`, as Reloader writes it.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The config's name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its digest (conflux's config digest, not Reloader's SHA-1).
+    pub hash: String,
+    /// The container that reads it.
+    pub container_refs: Vec<String>,
+    /// When the change was observed, in Unix seconds.
+    pub observed_at: i64,
 }
 
 /// The outcome of [`decide`]. Patches are server-side apply bodies for [`FIELD_MANAGER`].
@@ -80,48 +301,257 @@ impl WorkloadState {
 pub enum Action {
     /// Nothing to do.
     None,
-    /// Record the hash on the workload's metadata; the pod template is unchanged.
+    /// Record the baseline on the workload's metadata; the pod template is unchanged.
     RecordBaseline(WorkloadPatch),
-    /// Set the template annotation (this rolls the workload) and the baseline.
+    /// Change the pod template (this rolls the workload) and record the baseline.
     Rollout(WorkloadPatch),
 }
 
-/// The value of [`BASELINE_ANNOTATION`] for a hash: `<content hex>.<watched-set hex>`.
+/// The value of [`BASELINE_ANNOTATION`] for a hash, version 2:
+/// `v2;<workload side>;<entry>;<entry>…`, one entry per candidate config,
+/// `<c|s><w|u><name>=<config digest|->[:<key digest>.<key digest>…]` (ConfigMap or Secret, watched
+/// or not, `-` while absent; all digests lower-case hex). Without key digests when they would
+/// take more than 8 KiB; in the version-1 form `<content hash>.<watched-set digest>` when even
+/// that would take more than 64 KiB.
 pub fn baseline_value(hash: &ContentHash) -> String {
+    let with_keys = encode_v2(hash, true);
+    if with_keys.len() <= KEY_DIGEST_BUDGET {
+        return with_keys;
+    }
+    let without = encode_v2(hash, false);
+    if without.len() <= BASELINE_BUDGET {
+        return without;
+    }
     format!("{}.{}", hash.hex, hash.watched_hex)
 }
 
-/// Decides what to do for a workload whose watched configs now hash to `current`. Idempotent:
-/// applying the returned patch and deciding again yields [`Action::None`]. See the
+fn encode_v2(hash: &ContentHash, keys: bool) -> String {
+    let mut out = format!("v2;{}", to_hex(&hash.spec));
+    // Names of real objects never hold these; a `reload` entry that does can never exist.
+    let encodable = |c: &&ConfigDigest| !c.name.is_empty() && !c.name.contains([';', '=', ':']);
+    for c in hash.configs.iter().filter(encodable) {
+        let kind = match c.kind {
+            ConfigKind::ConfigMap => 'c',
+            ConfigKind::Secret => 's',
+        };
+        let watched = if c.watched { 'w' } else { 'u' };
+        let _ = write!(out, ";{kind}{watched}{}=", c.name);
+        match &c.content {
+            Some(digest) => out.push_str(&to_hex(digest)),
+            None => out.push('-'),
+        }
+        if keys && c.content.is_some() && c.keys.len() <= MAX_TRACKED_KEYS {
+            out.push(':');
+            let digests: Vec<String> = c.keys.iter().map(|(_, d)| to_hex(d)).collect();
+            out.push_str(&digests.join("."));
+        }
+    }
+    out
+}
+
+/// One config as a version-2 baseline recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Recorded {
+    watched: bool,
+    /// Hex config digest; `None` while it was absent.
+    content: Option<String>,
+    /// Hex key digests (key part, value part), when tracked.
+    keys: Option<BTreeMap<String, String>>,
+}
+
+/// A parsed [`BASELINE_ANNOTATION`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Baseline {
+    /// `<content hash>.<watched-set digest>`.
+    V1 { content: String, set: String },
+    /// See [`baseline_value`].
+    V2 {
+        spec: String,
+        configs: BTreeMap<(ConfigKind, String), Recorded>,
+    },
+}
+
+impl Baseline {
+    fn parse(value: &str) -> Option<Baseline> {
+        let Some(rest) = value.strip_prefix("v2;") else {
+            let (content, set) = value.split_once('.')?;
+            return Some(Baseline::V1 {
+                content: content.to_owned(),
+                set: set.to_owned(),
+            });
+        };
+        let mut parts = rest.split(';');
+        let spec = parts.next()?.to_owned();
+        let mut configs = BTreeMap::new();
+        for entry in parts {
+            let mut chars = entry.chars();
+            let kind = match chars.next()? {
+                'c' => ConfigKind::ConfigMap,
+                's' => ConfigKind::Secret,
+                _ => return None,
+            };
+            let watched = match chars.next()? {
+                'w' => true,
+                'u' => false,
+                _ => return None,
+            };
+            let (name, digests) = chars.as_str().split_once('=')?;
+            let (content, keys) = match digests.split_once(':') {
+                Some((content, keys)) => (
+                    content,
+                    Some(
+                        keys.split('.')
+                            .filter(|k| !k.is_empty())
+                            .map(|k| {
+                                let (id, value) = k.split_at(k.len().min(8));
+                                (id.to_owned(), value.to_owned())
+                            })
+                            .collect(),
+                    ),
+                ),
+                None => (digests, None),
+            };
+            let content = (content != "-").then(|| content.to_owned());
+            configs.insert(
+                (kind, name.to_owned()),
+                Recorded {
+                    watched,
+                    content,
+                    keys,
+                },
+            );
+        }
+        Some(Baseline::V2 { spec, configs })
+    }
+}
+
+/// The changes of watched configs since a version-2 baseline with the same workload side.
+fn changes_since(
+    recorded: &BTreeMap<(ConfigKind, String), Recorded>,
+    current: &ContentHash,
+) -> Vec<ConfigChange> {
+    let mut changes = Vec::new();
+    let mut seen = BTreeSet::new();
+    for c in &current.configs {
+        seen.insert((c.kind, c.name.as_str()));
+        let now = c.content.as_ref().map(|d| to_hex(d));
+        let before = recorded.get(&(c.kind, c.name.clone()));
+        if !c.watched {
+            continue;
+        }
+        let change = match (before, &now) {
+            // A config a `reload` regex matches appeared (the workload side is unchanged).
+            (None, Some(_)) => ChangeKind::Created,
+            (None, None) => continue,
+            (Some(b), _) if b.content == now => continue,
+            (Some(b), Some(_)) if b.content.is_none() => ChangeKind::Created,
+            (Some(_), Some(_)) => ChangeKind::Updated,
+            (Some(_), None) => ChangeKind::Deleted,
+        };
+        let (keys, keys_removed) = match (change, before.and_then(|b| b.keys.as_ref())) {
+            (ChangeKind::Updated, Some(old)) if c.keys.len() <= MAX_TRACKED_KEYS => {
+                let mut ids = BTreeSet::new();
+                let changed: Vec<String> = c
+                    .keys
+                    .iter()
+                    .filter(|(_, d)| {
+                        let hex = to_hex(d);
+                        let (id, value) = hex.split_at(8);
+                        ids.insert(id.to_owned());
+                        old.get(id).map(String::as_str) != Some(value)
+                    })
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let removed = old.keys().filter(|id| !ids.contains(*id)).count();
+                (Some(changed), removed)
+            }
+            _ => (None, 0),
+        };
+        changes.push(ConfigChange {
+            kind: c.kind,
+            name: c.name.clone(),
+            change,
+            keys,
+            keys_removed,
+            digest: now.unwrap_or_default(),
+        });
+    }
+    // A config a `reload` regex matched, watched then, is gone.
+    for ((kind, name), b) in recorded {
+        if b.watched && b.content.is_some() && !seen.contains(&(*kind, name.as_str())) {
+            changes.push(ConfigChange {
+                kind: *kind,
+                name: name.clone(),
+                change: ChangeKind::Deleted,
+                keys: None,
+                keys_removed: 0,
+                digest: String::new(),
+            });
+        }
+    }
+    changes.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    changes
+}
+
+/// Decides what to do for a workload whose candidate configs now hash to `current`, under
+/// Reloader's `options` (`--reload-on-create`, `--reload-on-delete`, `--reload-strategy`).
+/// Idempotent: applying the returned patch and deciding again yields [`Action::None`]. See the
 /// [module docs](self) for the table.
-pub fn decide(state: &WorkloadState, current: &ContentHash) -> Action {
+pub fn decide(state: &WorkloadState, current: &ContentHash, options: Options) -> Action {
     if !current.missing_required.is_empty() {
         return Action::None;
     }
-    let recorded = state.baseline.as_deref().and_then(|b| b.split_once('.'));
-    match recorded {
-        Some((content, set)) if set == current.watched_hex => {
-            if content == current.hex {
-                Action::None
-            } else {
-                Action::Rollout(WorkloadPatch::new(
-                    state,
-                    &baseline_value(current),
-                    Some(&current.hex),
-                ))
+    let baseline = baseline_value(current);
+    let record = || Action::RecordBaseline(WorkloadPatch::keep(state, &baseline));
+    let changes = match state.baseline.as_deref().and_then(Baseline::parse) {
+        // Absent or unreadable: record, keep the template as it is.
+        None => return record(),
+        Some(Baseline::V1 { content, set }) => {
+            if set == current.watched_hex && content != current.hex {
+                // Changed since a version-1 baseline: which config is not known.
+                let changes = current
+                    .configs
+                    .iter()
+                    .filter(|c| c.watched)
+                    .map(|c| ConfigChange {
+                        kind: c.kind,
+                        name: c.name.clone(),
+                        change: ChangeKind::Updated,
+                        keys: None,
+                        keys_removed: 0,
+                        digest: c.content.as_ref().map(|d| to_hex(d)).unwrap_or_default(),
+                    })
+                    .collect();
+                return Action::Rollout(WorkloadPatch::rollout(
+                    state, &baseline, current, changes, options,
+                ));
             }
+            Vec::new()
         }
-        // Absent, unreadable, or another watched set: record, keep the template as it is.
-        _ => Action::RecordBaseline(WorkloadPatch::new(
-            state,
-            &baseline_value(current),
-            state.template_hash.as_deref(),
-        )),
+        Some(Baseline::V2 { spec, configs }) if spec == to_hex(&current.spec) => {
+            changes_since(&configs, current)
+        }
+        Some(Baseline::V2 { .. }) => Vec::new(),
+    };
+    let rolls = changes.iter().any(|c| match c.change {
+        ChangeKind::Updated => true,
+        ChangeKind::Created => options.reload_on_create,
+        ChangeKind::Deleted => options.reload_on_delete,
+    });
+    if rolls {
+        Action::Rollout(WorkloadPatch::rollout(
+            state, &baseline, current, changes, options,
+        ))
+    } else if state.baseline.as_deref() != Some(baseline.as_str()) {
+        record()
+    } else {
+        Action::None
     }
 }
 
 /// What one server-side apply of [`FIELD_MANAGER`] sets on a workload: the baseline on its
-/// metadata and, when present, the template annotation (nothing else, so we own nothing else).
+/// metadata and, once they exist, the pod-template fields conflux owns (nothing else, so it owns
+/// nothing else).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadPatch {
     /// The workload's kind.
@@ -132,21 +562,94 @@ pub struct WorkloadPatch {
     pub name: String,
     /// The value of [`BASELINE_ANNOTATION`].
     pub baseline: String,
-    /// The value of [`CONFIG_HASH_ANNOTATION`] on the pod template; `None` leaves the template
-    /// out of the patch.
+    /// The value of [`CONFIG_HASH_ANNOTATION`] on the pod template; `None` leaves it out.
     pub template_hash: Option<String>,
+    /// The value of [`LAST_RELOADED_FROM_ANNOTATION`] on the pod template; `None` leaves it out.
+    pub last_reloaded_from: Option<String>,
+    /// The `STAKATER_*` variables to set, sorted.
+    pub env: Vec<EnvVarRef>,
+    /// For a rollout: the watched configs that changed, sorted (not part of the body).
+    pub changes: Vec<ConfigChange>,
 }
 
 impl WorkloadPatch {
-    /// The patch for `state` with `baseline` and `template_hash`.
-    pub fn new(state: &WorkloadState, baseline: &str, template_hash: Option<&str>) -> Self {
+    /// A patch that records `baseline` and re-sends what conflux owns on the template unchanged.
+    pub fn keep(state: &WorkloadState, baseline: &str) -> Self {
         WorkloadPatch {
             kind: state.kind,
             namespace: state.namespace.clone(),
             name: state.name.clone(),
             baseline: baseline.to_owned(),
-            template_hash: template_hash.map(str::to_owned),
+            template_hash: state.template_hash.clone(),
+            last_reloaded_from: state.last_reloaded_from.clone(),
+            env: state.env.clone(),
+            changes: Vec::new(),
         }
+    }
+
+    /// The rollout answering `changes`: the template annotation (or the variables of the changed
+    /// configs) moves, the rest is re-sent. [`LAST_RELOADED_FROM_ANNOTATION`] is set by
+    /// [`reloaded_from`](Self::reloaded_from), which needs the time.
+    fn rollout(
+        state: &WorkloadState,
+        baseline: &str,
+        current: &ContentHash,
+        changes: Vec<ConfigChange>,
+        options: Options,
+    ) -> Self {
+        let mut patch = WorkloadPatch::keep(state, baseline);
+        match options.reload_strategy {
+            ReloadStrategy::Annotations => patch.template_hash = Some(current.hex.clone()),
+            ReloadStrategy::EnvVars => {
+                for change in &changes {
+                    let Some(container) = state.container_for(change.kind, &change.name) else {
+                        continue;
+                    };
+                    let name = env_var_name(change.kind, &change.name);
+                    let value = match change.change {
+                        ChangeKind::Deleted => "deleted".to_owned(),
+                        _ => change.digest.clone(),
+                    };
+                    patch
+                        .env
+                        .retain(|e| !(e.container == container && e.name == name));
+                    patch.env.push(EnvVarRef {
+                        container: container.to_owned(),
+                        name,
+                        value,
+                    });
+                }
+                patch.env.sort();
+            }
+        }
+        patch.changes = changes;
+        patch
+    }
+
+    /// Sets [`LAST_RELOADED_FROM_ANNOTATION`] from the first change, observed at `observed_at`
+    /// (Unix seconds); the controller calls this on every rollout.
+    #[must_use]
+    pub fn reloaded_from(mut self, state: &WorkloadState, observed_at: i64) -> Self {
+        if let Some(change) = self.changes.first() {
+            let source = ReloadSource {
+                kind: match change.kind {
+                    ConfigKind::ConfigMap => "CONFIGMAP",
+                    ConfigKind::Secret => "SECRET",
+                },
+                name: change.name.clone(),
+                namespace: self.namespace.clone(),
+                hash: change.digest.clone(),
+                container_refs: state
+                    .container_for(change.kind, &change.name)
+                    .map(str::to_owned)
+                    .into_iter()
+                    .collect(),
+                observed_at,
+            };
+            // A struct of strings and integers always serialises.
+            self.last_reloaded_from = serde_json::to_string(&source).ok();
+        }
+        self
     }
 
     /// The server-side apply body with the kind's default `apiVersion`.
@@ -166,8 +669,33 @@ impl WorkloadPatch {
                 "annotations": {BASELINE_ANNOTATION: self.baseline},
             },
         });
+        let mut template = serde_json::Map::new();
+        let mut annotations = serde_json::Map::new();
         if let Some(hash) = &self.template_hash {
-            let template = json!({"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: hash}}});
+            annotations.insert(CONFIG_HASH_ANNOTATION.into(), json!(hash));
+        }
+        if let Some(source) = &self.last_reloaded_from {
+            annotations.insert(LAST_RELOADED_FROM_ANNOTATION.into(), json!(source));
+        }
+        if !annotations.is_empty() {
+            template.insert("metadata".into(), json!({"annotations": annotations}));
+        }
+        if !self.env.is_empty() {
+            let mut containers: BTreeMap<&str, Vec<Value>> = BTreeMap::new();
+            for e in &self.env {
+                containers
+                    .entry(&e.container)
+                    .or_default()
+                    .push(json!({"name": e.name, "value": e.value}));
+            }
+            let containers: Vec<Value> = containers
+                .into_iter()
+                .map(|(name, env)| json!({"name": name, "env": env}))
+                .collect();
+            template.insert("spec".into(), json!({"containers": containers}));
+        }
+        if !template.is_empty() {
+            let template = Value::Object(template);
             patch["spec"] = match self.kind {
                 WorkloadKind::CronJob => json!({"jobTemplate": {"spec": {"template": template}}}),
                 _ => json!({"template": template}),
@@ -182,29 +710,70 @@ impl WorkloadPatch {
 #[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
-    use watch_index::refs::ConfigKind;
+    use crate::consumers::{Consumption, Keys};
+    use crate::hash::{ConfigData, content_hash};
+    use crate::opt_in::{Candidate, Reason, Watch};
+    use ConfigKind::{ConfigMap, Secret};
 
-    fn state(kind: WorkloadKind, baseline: Option<&str>, template: Option<&str>) -> WorkloadState {
+    /// A config as the test world has it: watched or not, and its data (`None`: absent).
+    type Config<'a> = (ConfigKind, &'a str, bool, Option<&'a [(&'a str, &'a str)]>);
+
+    /// The content hash of a world of configs, each read whole and required unless absent.
+    fn world(spec: u8, configs: &[Config<'_>]) -> ContentHash {
+        world_reading(spec, configs, false)
+    }
+
+    fn world_reading(spec: u8, configs: &[Config<'_>], optional: bool) -> ContentHash {
+        let watch = Watch {
+            candidates: configs
+                .iter()
+                .map(|(kind, name, watched, _)| Candidate {
+                    consumption: Consumption {
+                        kind: *kind,
+                        name: (*name).into(),
+                        keys: Keys::All,
+                        optional,
+                    },
+                    reason: watched.then_some(Reason::Auto),
+                })
+                .collect(),
+            spec: [spec; 8],
+        };
+        let data: BTreeMap<(ConfigKind, String), BTreeMap<String, String>> = configs
+            .iter()
+            .filter_map(|(kind, name, _, data)| {
+                let data = (*data)?;
+                let map = data
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                Some(((*kind, name.to_string()), map))
+            })
+            .collect();
+        content_hash(&watch, |kind, name| {
+            data.get(&(kind, name.to_owned()))
+                .map(|d| ConfigData::ConfigMap {
+                    data: Some(d),
+                    binary_data: None,
+                })
+        })
+    }
+
+    fn state(kind: WorkloadKind, baseline: Option<&str>) -> WorkloadState {
         WorkloadState {
             kind,
             namespace: "ns".into(),
             name: "web".into(),
             baseline: baseline.map(Into::into),
-            template_hash: template.map(Into::into),
+            template_hash: None,
+            last_reloaded_from: None,
+            env: Vec::new(),
+            container_refs: BTreeMap::from([((ConfigMap, "app".to_owned()), "main".to_owned())]),
+            first_container: Some("main".into()),
         }
     }
 
-    /// A hash written `content.set`.
-    fn hash(both: &str) -> ContentHash {
-        let (hex, set) = both.split_once('.').unwrap();
-        ContentHash {
-            hex: hex.into(),
-            watched_hex: set.into(),
-            missing_required: vec![],
-        }
-    }
-
-    /// Applies a patch to a state the way the API server would for our two fields.
+    /// Applies a patch to a state the way the API server would for our fields.
     fn apply(s: &WorkloadState, action: &Action) -> WorkloadState {
         let patch = match action {
             Action::None => return s.clone(),
@@ -213,98 +782,179 @@ mod tests {
         WorkloadState {
             baseline: Some(patch.baseline.clone()),
             template_hash: patch.template_hash.clone(),
+            last_reloaded_from: patch.last_reloaded_from.clone(),
+            env: patch.env.clone(),
             ..s.clone()
         }
     }
 
+    fn name(action: &Action) -> &'static str {
+        match action {
+            Action::None => "none",
+            Action::RecordBaseline(_) => "baseline",
+            Action::Rollout(_) => "rollout",
+        }
+    }
+
+    const V1: &[(&str, &str)] = &[("k", "1")];
+    const V2: &[(&str, &str)] = &[("k", "2")];
+
     #[test]
     fn decision_table() {
-        // (what, baseline, template annotation, current "content.set", expected action)
-        let cases: [(&str, Option<&str>, Option<&str>, &str, &str); 10] = [
-            (
-                "first sight records a baseline",
-                None,
-                None,
-                "c1.s1",
-                "baseline",
-            ),
+        let on = Options::default();
+        let reloader_defaults = Options {
+            reload_on_create: false,
+            reload_on_delete: false,
+            ..Options::default()
+        };
+        // (what, world at the baseline, world now, options, expected action)
+        let cases: [(&str, ContentHash, ContentHash, Options, &str); 17] = [
             (
                 "restart, nothing changed",
-                Some("c1.s1"),
-                None,
-                "c1.s1",
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                on,
                 "none",
             ),
             (
-                "restart after a rollout",
-                Some("c1.s1"),
-                Some("c1"),
-                "c1.s1",
-                "none",
-            ),
-            ("content changed", Some("c1.s1"), None, "c2.s1", "rollout"),
-            (
-                "content changed again",
-                Some("c2.s1"),
-                Some("c2"),
-                "c3.s1",
+                "watched content changed",
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                world(1, &[(ConfigMap, "app", true, Some(V2))]),
+                on,
                 "rollout",
             ),
             (
-                "watched set changed",
-                Some("c1.s1"),
-                Some("c1"),
-                "c2.s2",
+                "unwatched content changed",
+                world(1, &[(ConfigMap, "app", false, Some(V1))]),
+                world(1, &[(ConfigMap, "app", false, Some(V2))]),
+                on,
                 "baseline",
             ),
             (
-                "watched set changed, same content hash",
-                Some("c1.s1"),
-                None,
-                "c1.s2",
+                "flip: ignore removed (or match added) with a data change",
+                world(1, &[(ConfigMap, "app", false, Some(V1))]),
+                world(1, &[(ConfigMap, "app", true, Some(V2))]),
+                on,
+                "rollout",
+            ),
+            (
+                "flip: ignore added with a data change",
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                world(1, &[(ConfigMap, "app", false, Some(V2))]),
+                on,
                 "baseline",
             ),
             (
-                "adopted with an old template hash",
-                None,
-                Some("c0"),
-                "c1.s1",
+                "membership only: ignore removed",
+                world(1, &[(ConfigMap, "app", false, Some(V1))]),
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                on,
                 "baseline",
             ),
             (
-                "unreadable baseline",
-                Some("garbage"),
-                Some("c1"),
-                "c1.s1",
+                "workload side changed with a data change",
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                world(2, &[(ConfigMap, "app", true, Some(V2))]),
+                on,
                 "baseline",
             ),
-            ("empty baseline", Some(""), None, "c1.s1", "baseline"),
+            (
+                "created",
+                world(1, &[(ConfigMap, "app", true, None)]),
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                on,
+                "rollout",
+            ),
+            (
+                "created, --reload-on-create=false",
+                world(1, &[(ConfigMap, "app", true, None)]),
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                reloader_defaults,
+                "baseline",
+            ),
+            (
+                "optional deleted",
+                world_reading(1, &[(ConfigMap, "app", true, Some(V1))], true),
+                world_reading(1, &[(ConfigMap, "app", true, None)], true),
+                on,
+                "rollout",
+            ),
+            (
+                "optional deleted, --reload-on-delete=false",
+                world_reading(1, &[(ConfigMap, "app", true, Some(V1))], true),
+                world_reading(1, &[(ConfigMap, "app", true, None)], true),
+                reloader_defaults,
+                "baseline",
+            ),
+            (
+                "required deleted: held",
+                world(1, &[(ConfigMap, "app", true, Some(V1))]),
+                world(1, &[(ConfigMap, "app", true, None)]),
+                on,
+                "none",
+            ),
+            (
+                "a config a regex matches appeared",
+                world(1, &[]),
+                world(1, &[(ConfigMap, "app-1", true, Some(V1))]),
+                on,
+                "rollout",
+            ),
+            (
+                "a config a regex matches appeared, --reload-on-create=false",
+                world(1, &[]),
+                world(1, &[(ConfigMap, "app-1", true, Some(V1))]),
+                reloader_defaults,
+                "baseline",
+            ),
+            (
+                "a config a regex matched is gone",
+                world(1, &[(ConfigMap, "app-1", true, Some(V1))]),
+                world(1, &[]),
+                on,
+                "rollout",
+            ),
+            (
+                "an ignored config a regex matched is gone",
+                world(1, &[(ConfigMap, "app-1", false, Some(V1))]),
+                world(1, &[]),
+                on,
+                "baseline",
+            ),
+            (
+                "a Secret and a ConfigMap of one name are two configs",
+                world(
+                    1,
+                    &[
+                        (ConfigMap, "n", true, Some(V1)),
+                        (Secret, "n", true, Some(V1)),
+                    ],
+                ),
+                world(
+                    1,
+                    &[
+                        (ConfigMap, "n", true, Some(V1)),
+                        (Secret, "n", true, Some(V2)),
+                    ],
+                ),
+                on,
+                "rollout",
+            ),
         ];
-        for (what, baseline, template, current, want) in cases {
-            let s = state(WorkloadKind::Deployment, baseline, template);
-            let action = decide(&s, &hash(current));
-            let got = match &action {
-                Action::None => "none",
-                Action::RecordBaseline(_) => "baseline",
-                Action::Rollout(_) => "rollout",
-            };
-            assert_eq!(got, want, "{what}");
+        for (what, before, now, options, want) in cases {
+            let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+            let action = decide(&s, &now, options);
+            assert_eq!(name(&action), want, "{what}");
             let after = apply(&s, &action);
             if want == "baseline" {
-                assert_eq!(
-                    after.template_hash, s.template_hash,
-                    "template untouched: {what}"
-                );
+                assert_eq!(after.template_hash, s.template_hash, "template: {what}");
             }
             if want == "rollout" {
-                assert_eq!(
-                    after.template_hash.as_deref(),
-                    current.split_once('.').map(|c| c.0)
-                );
+                assert_eq!(after.template_hash.as_deref(), Some(now.hex.as_str()));
             }
-            // Idempotent: once applied, nothing more to do.
+            // Idempotent: once applied, nothing more to do (a held rollout stays held).
             assert_eq!(
-                decide(&after, &hash(current)),
+                decide(&after, &now, options),
                 Action::None,
                 "idempotent: {what}"
             );
@@ -312,21 +962,184 @@ mod tests {
     }
 
     #[test]
-    fn missing_required_config_holds_the_rollout() {
-        let mut current = hash("c2.s1");
-        current.missing_required = vec![(ConfigKind::Secret, "creds".into())];
-        for s in [
-            state(WorkloadKind::Deployment, Some("c1.s1"), Some("c1")),
-            state(WorkloadKind::Deployment, None, None),
+    fn first_sight_and_unreadable_baselines_record_and_never_roll() {
+        let now = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        for baseline in [
+            None,
+            Some(""),
+            Some("garbage"),
+            Some("v2;zz;x"),
+            Some("v2;"),
         ] {
-            assert_eq!(decide(&s, &current), Action::None);
+            let mut s = state(WorkloadKind::Deployment, baseline);
+            s.template_hash = Some("old".into());
+            let action = decide(&s, &now, Options::default());
+            assert_eq!(name(&action), "baseline", "{baseline:?}");
+            let Action::RecordBaseline(p) = action else {
+                unreachable!()
+            };
+            assert_eq!(p.template_hash.as_deref(), Some("old"), "template kept");
         }
     }
 
     #[test]
+    fn version_one_baselines_are_read_and_replaced() {
+        let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        let v1 = format!("{}.{}", before.hex, before.watched_hex);
+        // Unchanged: the version-2 baseline replaces it, no rollout.
+        let s = state(WorkloadKind::Deployment, Some(&v1));
+        let Action::RecordBaseline(p) = decide(&s, &before, Options::default()) else {
+            panic!("expected a baseline");
+        };
+        assert!(p.baseline.starts_with("v2;"));
+        // Changed while conflux ran an older version: rolls once, as before.
+        let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(p.changes.len(), 1);
+        assert_eq!(p.changes[0].keys, None, "no key digests in version 1");
+    }
+
+    #[test]
+    fn changes_name_the_keys_read_that_changed() {
+        let before = world(
+            1,
+            &[
+                (
+                    ConfigMap,
+                    "app",
+                    true,
+                    Some(&[("a", "1"), ("b", "1"), ("gone", "x")]),
+                ),
+                (Secret, "creds", true, Some(V1)),
+            ],
+        );
+        let now = world(
+            1,
+            &[
+                (
+                    ConfigMap,
+                    "app",
+                    true,
+                    Some(&[("a", "2"), ("b", "1"), ("new", "y")]),
+                ),
+                (Secret, "creds", true, Some(V1)),
+            ],
+        );
+        let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(p.changes.len(), 1, "the Secret did not change");
+        let change = &p.changes[0];
+        assert_eq!(
+            change.keys.as_deref(),
+            Some(&["a".to_owned(), "new".to_owned()][..])
+        );
+        assert_eq!(change.keys_removed, 1);
+        assert_eq!(
+            change.to_string(),
+            "ConfigMap app changed (keys a, new; 1 key removed)"
+        );
+        let created = ConfigChange {
+            change: ChangeKind::Created,
+            keys: None,
+            ..change.clone()
+        };
+        assert_eq!(created.to_string(), "ConfigMap app created");
+    }
+
+    #[test]
+    fn last_reloaded_from_is_reloaders_json() {
+        let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
+            panic!("expected a rollout");
+        };
+        let p = p.reloaded_from(&s, 1_700_000_000);
+        let value: Value = serde_json::from_str(p.last_reloaded_from.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            value,
+            json!({"type": "CONFIGMAP", "name": "app", "namespace": "ns",
+                   "hash": p.changes[0].digest, "containerRefs": ["main"],
+                   "observedAt": 1_700_000_000})
+        );
+        assert_eq!(
+            p.body()["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM_ANNOTATION],
+            json!(p.last_reloaded_from.clone().unwrap())
+        );
+        // A later baseline re-sends it, unchanged.
+        let after = apply(&s, &Action::Rollout(p.clone()));
+        let third = world(2, &[(ConfigMap, "app", true, Some(V2))]);
+        let Action::RecordBaseline(b) = decide(&after, &third, Options::default()) else {
+            panic!("expected a baseline");
+        };
+        assert_eq!(b.last_reloaded_from, p.last_reloaded_from);
+        assert_eq!(b.template_hash, p.template_hash);
+    }
+
+    #[test]
+    fn env_vars_strategy_sets_reloaders_variable_in_the_reading_container() {
+        let options = Options {
+            reload_strategy: ReloadStrategy::EnvVars,
+            ..Options::default()
+        };
+        let before = world(
+            1,
+            &[
+                (ConfigMap, "app", true, Some(V1)),
+                (Secret, "other", true, Some(V1)),
+            ],
+        );
+        let now = world(
+            1,
+            &[
+                (ConfigMap, "app", true, Some(V2)),
+                (Secret, "other", true, Some(V1)),
+            ],
+        );
+        let mut s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+        s.env = vec![EnvVarRef {
+            container: "side".into(),
+            name: "STAKATER_OTHER_SECRET".into(),
+            value: "kept".into(),
+        }];
+        let Action::Rollout(p) = decide(&s, &now, options) else {
+            panic!("expected a rollout");
+        };
+        assert_eq!(p.template_hash, None, "no annotation with env-vars");
+        assert_eq!(
+            p.body()["spec"]["template"]["spec"],
+            json!({"containers": [
+                {"name": "main", "env": [{"name": "STAKATER_APP_CONFIGMAP", "value": p.changes[0].digest}]},
+                {"name": "side", "env": [{"name": "STAKATER_OTHER_SECRET", "value": "kept"}]},
+            ]})
+        );
+        let after = apply(&s, &Action::Rollout(p));
+        assert_eq!(decide(&after, &now, options), Action::None);
+    }
+
+    #[test]
+    fn env_var_names_follow_reloader() {
+        for (kind, name, want) in [
+            (ConfigMap, "app", "STAKATER_APP_CONFIGMAP"),
+            (Secret, "my-secret.v1", "STAKATER_MY_SECRET_V1_SECRET"),
+            (ConfigMap, "-a--b-", "STAKATER_A_B__CONFIGMAP"),
+        ] {
+            assert_eq!(env_var_name(kind, name), want);
+        }
+        assert!(is_reloader_env_var("STAKATER_APP_CONFIGMAP"));
+        assert!(!is_reloader_env_var("STAKATER_APP"));
+    }
+
+    #[test]
     fn patches_hold_only_owned_fields() {
-        let s = state(WorkloadKind::Deployment, Some("old.s"), Some("old"));
-        let Action::Rollout(p) = decide(&s, &hash("new.s")) else {
+        let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
             panic!("expected a rollout");
         };
         assert_eq!(
@@ -334,12 +1147,12 @@ mod tests {
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
                 "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {"conflux.dev/config-hash-baseline": "new.s"}},
-                "spec": {"template": {"metadata": {"annotations": {"conflux.dev/config-hash": "new"}}}},
+                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                "spec": {"template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: now.hex}}}},
             })
         );
-        let s = state(WorkloadKind::CronJob, None, None);
-        let Action::RecordBaseline(p) = decide(&s, &hash("h.s")) else {
+        let s = state(WorkloadKind::CronJob, None);
+        let Action::RecordBaseline(p) = decide(&s, &now, Options::default()) else {
             panic!("expected a baseline");
         };
         assert_eq!(
@@ -347,24 +1160,55 @@ mod tests {
             json!({
                 "apiVersion": "batch/v1", "kind": "CronJob",
                 "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {"conflux.dev/config-hash-baseline": "h.s"}},
+                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
             })
         );
-        let s = state(WorkloadKind::CronJob, Some("a.s"), Some("a"));
-        let Action::Rollout(p) = decide(&s, &hash("b.s")) else {
+        let s = state(WorkloadKind::CronJob, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
             panic!("expected a rollout");
         };
         assert_eq!(
             p.body().pointer(
                 "/spec/jobTemplate/spec/template/metadata/annotations/conflux.dev~1config-hash"
             ),
-            Some(&json!("b"))
+            Some(&json!(now.hex))
         );
         for kind in [WorkloadKind::StatefulSet, WorkloadKind::DaemonSet] {
-            let p = WorkloadPatch::new(&state(kind, None, None), "x", Some("x")).body();
+            let p = WorkloadPatch::keep(&state(kind, None), "x").body();
             assert_eq!(p["apiVersion"], "apps/v1");
             assert_eq!(p["kind"], kind.as_str());
         }
+    }
+
+    #[test]
+    fn baselines_stay_within_their_budget() {
+        let many: Vec<(String, String)> = (0..40).map(|i| (format!("k{i}"), "v".into())).collect();
+        let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let names: Vec<String> = (0..400).map(|i| format!("config-{i:03}")).collect();
+        let configs: Vec<Config<'_>> = names
+            .iter()
+            .map(|n| (ConfigMap, n.as_str(), true, Some(&many[..20])))
+            .collect();
+        let big = world(1, &configs);
+        let value = baseline_value(&big);
+        assert!(
+            value.starts_with("v2;") && !value.contains(':'),
+            "key digests dropped"
+        );
+        assert!(value.len() <= BASELINE_BUDGET);
+        let over: Vec<String> = (0..3000).map(|i| format!("config-{i:04}")).collect();
+        let configs: Vec<Config<'_>> = over
+            .iter()
+            .map(|n| (ConfigMap, n.as_str(), true, Some(V1)))
+            .collect();
+        let huge = world(1, &configs);
+        assert_eq!(
+            baseline_value(&huge),
+            format!("{}.{}", huge.hex, huge.watched_hex)
+        );
+        // More keys than tracked: the config is tracked whole.
+        let wide = world(1, &[(ConfigMap, "app", true, Some(&many[..]))]);
+        assert!(!baseline_value(&wide).contains(':'));
     }
 
     #[test]
@@ -377,12 +1221,27 @@ mod tests {
     fn state_of_a_workload() {
         let d: k8s_openapi::api::apps::v1::Deployment = serde_json::from_value(json!({
             "metadata": {"name": "web", "namespace": "ns", "annotations": {BASELINE_ANNOTATION: "b"}},
-            "spec": {"selector": {}, "template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: "t"}}}},
+            "spec": {"selector": {}, "template": {
+                "metadata": {"annotations": {CONFIG_HASH_ANNOTATION: "t", LAST_RELOADED_FROM_ANNOTATION: "{}"}},
+                "spec": {"containers": [
+                    {"name": "main", "envFrom": [{"configMapRef": {"name": "app"}}],
+                     "env": [{"name": "STAKATER_APP_CONFIGMAP", "value": "x"}, {"name": "OTHER", "value": "y"}]},
+                ]}}},
         }))
         .unwrap();
+        let s = WorkloadState::of(Workload::from(&d)).unwrap();
+        assert_eq!(s.baseline.as_deref(), Some("b"));
+        assert_eq!(s.template_hash.as_deref(), Some("t"));
+        assert_eq!(s.last_reloaded_from.as_deref(), Some("{}"));
         assert_eq!(
-            WorkloadState::of(Workload::from(&d)),
-            Some(state(WorkloadKind::Deployment, Some("b"), Some("t")))
+            s.env,
+            [EnvVarRef {
+                container: "main".into(),
+                name: "STAKATER_APP_CONFIGMAP".into(),
+                value: "x".into()
+            }]
         );
+        assert_eq!(s.container_for(ConfigMap, "app"), Some("main"));
+        assert_eq!(s.container_for(Secret, "named"), Some("main"));
     }
 }

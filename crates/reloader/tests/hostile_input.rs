@@ -173,7 +173,10 @@ fn reloader_annotations_hostile() {
             any::<bool>(),
         ),
         |(workload, template, configs, consumers, auto_reload_all)| {
-            let options = Options { auto_reload_all };
+            let options = Options {
+                auto_reload_all,
+                ..Options::default()
+            };
             let opt_in = OptIn::parse(workload.as_ref(), template.as_ref());
             for problem in opt_in.problems() {
                 prop_assert!(!problem.to_string().is_empty());
@@ -274,7 +277,13 @@ fn reload_audit_hostile() {
         0x5e10_ade5_0002,
         (workload_objects(), any::<bool>()),
         |(objects, auto_reload_all)| {
-            let report = reloader::audit::audit(&objects, Options { auto_reload_all });
+            let report = reloader::audit::audit(
+                &objects,
+                Options {
+                    auto_reload_all,
+                    ..Options::default()
+                },
+            );
             for edge in &report.edges {
                 let _ = edge.why();
                 let _ = edge.annotation();

@@ -72,6 +72,11 @@ fn content_hash_shows_no_value() {
         keys: Keys::All,
         optional: false,
     }];
-    let hash = content_hash(&watched, |_, _| Some(ConfigData::from_secret(&secret)));
-    assert_redacted("ContentHash", &hash, &["hex"]);
+    let opt_in = reloader::opt_in::OptIn::parse(
+        Some(&[("reloader.stakater.com/auto".to_owned(), "true".to_owned())].into()),
+        None,
+    );
+    let watch = reloader::opt_in::watch(&watched, &opt_in, Default::default(), &());
+    let hash = content_hash(&watch, |_, _| Some(ConfigData::from_secret(&secret)));
+    assert_redacted("ContentHash", &hash, &["hex", "db-creds"]);
 }

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
-use reloader::opt_in::{NamespaceConfigs, Options, watched_configs};
+use reloader::opt_in::{NamespaceConfigs, Options, watch};
 use reloader::patch::{Action, WorkloadState, decide};
 use serde_json::{Value, json};
 use watch_index::refs::ConfigKind;
@@ -84,6 +84,7 @@ struct Harness {
     deployment: Deployment,
     index: ConsumerIndex,
     state: WorkloadState,
+    options: Options,
 }
 
 impl Harness {
@@ -100,6 +101,7 @@ impl Harness {
             deployment,
             index,
             state,
+            options: Options::default(),
         }
     }
 
@@ -114,9 +116,9 @@ impl Harness {
             return "not-watched";
         }
         let entry = self.index.get(hits[0].workload).unwrap();
-        let watched = watched_configs(&entry.consumers, &entry.opt_in, Options::default(), configs);
-        let hash = content_hash(&watched, |k, n| configs.data(k, n));
-        let action = decide(&self.state, &hash);
+        let watch = watch(&entry.consumers, &entry.opt_in, self.options, configs);
+        let hash = content_hash(&watch, |k, n| configs.data(k, n));
+        let action = decide(&self.state, &hash, self.options);
         let (word, patch) = match &action {
             Action::None => return "none",
             Action::RecordBaseline(p) => ("baseline", p),
@@ -125,6 +127,7 @@ impl Harness {
         };
         self.state.baseline = Some(patch.baseline.clone());
         self.state.template_hash = patch.template_hash.clone();
+        self.state.last_reloaded_from = patch.last_reloaded_from.clone();
         word
     }
 }
@@ -254,12 +257,40 @@ fn opt_out_and_ignore_are_respected() {
     // ignore added: what is watched changes, the baseline moves, nothing rolls.
     configs.set_cm("cm", &[("read", "1")], ignore);
     assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    // Changes while ignored only move the baseline (the config is still hashed, unwatched).
     configs.set_cm("cm", &[("read", "2")], ignore);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
     assert_eq!(h.react(&configs, (Cm, "cm")), "none");
     // ignore removed: watched again from here on; the change made meanwhile does not roll.
     configs.set_cm("cm", &[("read", "2")], &[]);
     assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
     configs.set_cm("cm", &[("read", "3")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "rollout");
+    // ignore added together with a change: not watched any more, no rollout (as Reloader, which
+    // reads the new annotations).
+    configs.set_cm("cm", &[("read", "4")], ignore);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    // ignore removed together with a change: watched again, and the change rolls (as Reloader).
+    configs.set_cm("cm", &[("read", "5")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "rollout");
+}
+
+#[test]
+fn search_gains_match_together_with_a_change_and_rolls() {
+    let spec =
+        json!({"containers": [{"name": "a", "envFrom": [{"configMapRef": {"name": "cm"}}]}]});
+    let mut configs = base_configs();
+    let mut h = Harness::new(&[("reloader.stakater.com/search", "true")], spec);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    let matched: &[(&str, &str)] = &[("reloader.stakater.com/match", "true")];
+    // match added alone: membership, no rollout.
+    configs.set_cm("cm", &[("read", "1"), ("unread", "1")], matched);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    // match removed together with a change: no rollout.
+    configs.set_cm("cm", &[("read", "2"), ("unread", "1")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "cm")), "baseline");
+    // match added together with a change: rolls.
+    configs.set_cm("cm", &[("read", "3"), ("unread", "1")], matched);
     assert_eq!(h.react(&configs, (Cm, "cm")), "rollout");
 }
 
@@ -296,12 +327,26 @@ fn named_config_not_in_the_pod_spec() {
     assert_eq!(h.react(&configs, (Cm, "other")), "not-watched");
     configs.set_cm("feature-x", &[("k", "2")], &[]);
     assert_eq!(h.react(&configs, (Cm, "feature-x")), "rollout");
-    // A new config matching the regex: watched from now on, its creation does not roll (as
-    // Reloader without --reload-on-create).
+    // A new config matching the regex: its creation rolls (--reload-on-create, on by default).
     configs.set_cm("feature-y", &[("k", "1")], &[]);
-    assert_eq!(h.react(&configs, (Cm, "feature-y")), "baseline");
+    assert_eq!(h.react(&configs, (Cm, "feature-y")), "rollout");
     configs.set_cm("feature-y", &[("k", "2")], &[]);
     assert_eq!(h.react(&configs, (Cm, "feature-y")), "rollout");
+    // Its deletion too (--reload-on-delete).
+    configs.config_maps.remove("feature-y");
+    assert_eq!(h.react(&configs, (Cm, "feature-y")), "rollout");
+    // With Reloader's defaults, creation and deletion only move the baseline.
+    h.options = Options {
+        reload_on_create: false,
+        reload_on_delete: false,
+        ..Options::default()
+    };
+    configs.set_cm("feature-z", &[("k", "1")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "feature-z")), "baseline");
+    configs.config_maps.remove("feature-z");
+    assert_eq!(h.react(&configs, (Cm, "feature-z")), "baseline");
+    configs.set_cm("feature-x", &[("k", "3")], &[]);
+    assert_eq!(h.react(&configs, (Cm, "feature-x")), "rollout");
 }
 
 #[test]

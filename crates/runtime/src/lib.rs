@@ -37,10 +37,11 @@ pub mod tasks;
 mod testing;
 
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
@@ -102,6 +103,8 @@ struct Inner {
     tasks: Owner,
     /// For a leadership term: the health tree its own node hangs in.
     parent_health: Option<Arc<Health>>,
+    /// The shared metadata watch of Namespaces, started by its first user.
+    namespaces: OnceLock<Informer<PartialObjectMeta<Namespace>>>,
 }
 
 impl Inner {
@@ -116,6 +119,7 @@ impl Inner {
             initial_list: self.initial_list,
             tasks: Owner(tasks),
             parent_health: None,
+            namespaces: OnceLock::new(),
         }
     }
 }
@@ -158,6 +162,7 @@ impl Runtime {
             initial_list: InitialList::default(),
             tasks: Owner(Tasks::new()),
             parent_health: None,
+            namespaces: OnceLock::new(),
         })
     }
 
@@ -240,6 +245,23 @@ impl Runtime {
         F::Output: Send + 'static,
     {
         self.inner.tasks.0.spawn(future)
+    }
+
+    /// The one metadata watch of Namespaces of this runtime (or term), shared by every controller
+    /// that needs namespace labels; started on first use, its checks under that caller's
+    /// `health`.
+    pub fn namespaces(&self, health: &Health) -> Informer<PartialObjectMeta<Namespace>> {
+        self.inner
+            .namespaces
+            .get_or_init(|| {
+                self.informer(
+                    Api::all(self.client()),
+                    watcher::Config::default(),
+                    "Namespace",
+                    health,
+                )
+            })
+            .clone()
     }
 
     /// Starts a shared watch of a kind with a static type; its checks go under `health`.

@@ -7,9 +7,9 @@
 //!   kind ([`ConfigWatches`]); no watch of its own. `--watch-label-selector` shards the targets.
 //!   A [`ReverseIndex`] maps a source to the targets that name it, so a change of a
 //!   source re-syncs its copies (copies always track their source; stricter than Flux Operator,
-//!   which needs `reconcile.fluxcd.io/watch: Enabled` on the source). Namespaces come from a
-//!   metadata watch of their own: reflector's consent may select target namespaces by label, and a
-//!   namespace whose labels change wakes the targets in it.
+//!   which needs `reconcile.fluxcd.io/watch: Enabled` on the source). Namespaces come from the
+//!   runtime's one shared metadata watch of them: reflector's consent may select target
+//!   namespaces by label, and a namespace whose labels change wakes the targets in it.
 //! - A reconcile reads the target and its source (data is read here and dropped, never cached),
 //!   asks the pure modules for consent ([`consent::decide`]) and for the desired copy
 //!   ([`pull_copy_as`]), and writes it through the [`executor`](super::executor). It compares
@@ -27,11 +27,10 @@ use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
-use kube::api::{Api, PartialObjectMeta};
+use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tracing::{debug, info};
 use watch_index::index::ReverseIndex;
@@ -166,12 +165,7 @@ impl Context {
 /// part of the runtime's health.
 pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     let health = runtime.health().part("copy");
-    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.informer(
-        Api::all(ctx.client.clone()),
-        watcher::Config::default(),
-        "Namespace",
-        &health,
-    );
+    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.namespaces(&health);
     *write(&ctx.namespaces) = Some(namespaces.clone());
     tokio::join!(
         run_kind::<ConfigMap>(&configs, &namespaces, ctx.clone(), health.part("ConfigMap")),

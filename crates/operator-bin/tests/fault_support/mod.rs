@@ -18,7 +18,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use reloader::Workload;
 use reloader::hash::{ConfigData, content_hash};
 use reloader::index::ConsumerIndex;
-use reloader::opt_in::{Options, watched_configs};
+use reloader::opt_in::{Options, watch};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -433,8 +433,8 @@ impl World {
         index.apply(Workload::from(&d));
         let object = Workload::from(&d).object_ref()?;
         let entry = index.get(&object)?;
-        let watched = watched_configs(&entry.consumers, &entry.opt_in, Options::default(), &());
-        let hash = content_hash(&watched, |_, name| {
+        let watch = watch(&entry.consumers, &entry.opt_in, Options::default(), &());
+        let hash = content_hash(&watch, |_, name| {
             (name == "settings").then(|| ConfigData::from_config_map(&cm))
         });
         let current = d

@@ -1,4 +1,4 @@
-//! Settings of the reload controller, and Go-style durations for its flags.
+//! Settings of the reload controller.
 
 use super::*;
 
@@ -26,8 +26,15 @@ pub struct ReloadConfig {
     pub burst: u32,
     /// `--concurrent`: config reads and patches in flight.
     pub concurrent: usize,
-    /// Reloader's global options (`--auto-reload-all`).
+    /// Reloader's global options (`--auto-reload-all`, `--reload-on-create`,
+    /// `--reload-on-delete`, `--resources-to-ignore`, `--reload-strategy`).
     pub options: Options,
+    /// `--namespace-selector` and `--namespaces-to-ignore`: the namespaces served.
+    pub namespaces: NamespaceFilter,
+    /// `--resource-label-selector`: only ConfigMaps/Secrets with matching labels are watched.
+    pub config_selector: Selector,
+    /// `--ignored-workload-types`: kinds not watched at all.
+    pub ignored_kinds: BTreeSet<WorkloadKind>,
 }
 
 impl Default for ReloadConfig {
@@ -41,65 +48,9 @@ impl Default for ReloadConfig {
             burst: 10,
             concurrent: 4,
             options: Options::default(),
-        }
-    }
-}
-
-/// Parses a Go-style duration as Flux flags take them: `0`, `300ms`, `2s`, `1.5s`, `1m`, `1m30s`.
-pub fn parse_duration(input: &str) -> Result<Duration> {
-    let s = input.trim();
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let bad = || Error::InvalidDuration {
-        input: input.to_owned(),
-    };
-    if s.is_empty() {
-        return Err(bad());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(bad)?;
-        let (number, tail) = rest.split_at(number_len);
-        let value: f64 = number.parse().map_err(|_| bad())?;
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let seconds = match unit {
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        total += value * seconds;
-        rest = tail;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_like_go() {
-        for (input, want) in [
-            ("0", Duration::ZERO),
-            ("2s", Duration::from_secs(2)),
-            ("300ms", Duration::from_millis(300)),
-            ("1.5s", Duration::from_millis(1500)),
-            ("1m30s", Duration::from_secs(90)),
-            ("0s", Duration::ZERO),
-        ] {
-            assert_eq!(parse_duration(input), Ok(want), "{input}");
-        }
-        for bad in ["", "2", "s", "2x", "-1s", "1..2s"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
+            namespaces: NamespaceFilter::default(),
+            config_selector: Selector::everything(),
+            ignored_kinds: BTreeSet::new(),
         }
     }
 }

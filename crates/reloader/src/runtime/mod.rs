@@ -52,7 +52,7 @@ use conflux_runtime::{Change, Informer, Probe, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, PartialObjectMeta, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::runtime::events::{EventType, Recorder};
@@ -70,18 +70,21 @@ use watch_index::runtime::configs::ConfigResource;
 use watch_index::runtime::{ConfigWatches, sharded};
 use watch_index::selector::Selector;
 
-use crate::consumers::Consumption;
+use crate::filters::NamespaceFilter;
 use crate::hash::{ConfigData, ContentHash, content_hash};
 use crate::index::ConsumerIndex;
-use crate::opt_in::{NamespaceConfigs, Options, watched_configs};
+use crate::opt_in::{NamespaceConfigs, Options, Watch, watch};
 use crate::patch::{
-    Action, CONFIG_HASH_ANNOTATION, FIELD_MANAGER, WorkloadPatch, WorkloadState, decide,
+    Action, CONFIG_HASH_ANNOTATION, ConfigChange, FIELD_MANAGER, WorkloadPatch, WorkloadState,
+    decide,
 };
+use crate::settings::{Pause, WorkloadSettings};
 use crate::{Error, Result, Workload, WorkloadKind};
 use conflux_runtime::sync::lock;
 use scheduler::{Pending, Schedule, TokenBucket};
 
-pub use config::{DEFAULT_DEBOUNCE, ReloadConfig, parse_duration};
+pub use crate::settings::parse_duration;
+pub use config::{DEFAULT_DEBOUNCE, ReloadConfig};
 use discovery::*;
 pub use metrics::{DecisionLabels, ReloadMetrics, RolloutLabels};
 use watches::*;
@@ -155,6 +158,17 @@ impl Owned {
     }
 }
 
+/// A Deployment's `spec.paused` and its `paused-at` annotation.
+fn pause_state(d: &Deployment) -> (bool, Option<&str>) {
+    let paused_at = d
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::settings::PAUSED_AT))
+        .map(String::as_str);
+    (d.spec.paused.unwrap_or(false), paused_at)
+}
+
 /// kubectl's copy of the whole applied object, which no decision reads.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -174,6 +188,8 @@ struct State {
     held: HashMap<ObjectRef, Vec<(ConfigKind, String)>>,
     /// Resolved API resources of the workload kinds served by this cluster.
     resources: HashMap<WorkloadKind, ApiResource>,
+    /// Deployments paused by a `pause-period`, and when to resume them.
+    resumes: HashMap<ObjectRef, Instant>,
 }
 
 /// What the opt-in rules read of one namespace's configs for one workload, taken from the shared
@@ -182,10 +198,17 @@ struct State {
 struct NamespaceView {
     annotations: HashMap<(ConfigKind, String), BTreeMap<String, String>>,
     names: Vec<(ConfigKind, String)>,
+    /// Configs that exist and fail `--resource-label-selector`.
+    unselected: BTreeSet<(ConfigKind, String)>,
 }
 
 impl NamespaceView {
-    fn of(configs: &ConfigWatches, namespace: &str, entry: &crate::index::IndexedWorkload) -> Self {
+    fn of(
+        configs: &ConfigWatches,
+        namespace: &str,
+        entry: &crate::index::IndexedWorkload,
+        selector: &Selector,
+    ) -> Self {
         let names = if entry.opt_in.has_regex_patterns() {
             configs.names(namespace)
         } else {
@@ -207,14 +230,24 @@ impl NamespaceView {
             );
         }
         wanted.extend(names.iter().map(|(k, n)| (*k, n.as_str())));
-        let annotations = wanted
-            .into_iter()
-            .filter_map(|(kind, name)| {
-                let annotations = configs.annotations(kind, namespace, name)?;
-                Some(((kind, name.to_owned()), annotations))
-            })
-            .collect();
-        NamespaceView { annotations, names }
+        let mut annotations = HashMap::new();
+        let mut unselected = BTreeSet::new();
+        for (kind, name) in wanted {
+            let Some(stored) = configs.stored(kind, namespace, name) else {
+                continue;
+            };
+            if let Some(a) = stored.annotations() {
+                annotations.insert((kind, name.to_owned()), a);
+            }
+            if !selector.is_empty() && !selector.matches(&stored.labels().unwrap_or_default()) {
+                unselected.insert((kind, name.to_owned()));
+            }
+        }
+        NamespaceView {
+            annotations,
+            names,
+            unselected,
+        }
     }
 }
 
@@ -225,6 +258,10 @@ impl NamespaceConfigs for NamespaceView {
 
     fn names(&self) -> Vec<(ConfigKind, &str)> {
         self.names.iter().map(|(k, n)| (*k, n.as_str())).collect()
+    }
+
+    fn selected(&self, kind: ConfigKind, name: &str) -> bool {
+        !self.unselected.contains(&(kind, name.to_owned()))
     }
 }
 
@@ -239,6 +276,8 @@ pub struct Context {
     state: Mutex<State>,
     bucket: Mutex<TokenBucket>,
     wake: Notify,
+    /// The shared Namespace watch, when `--namespace-selector` needs namespace labels.
+    namespaces: Mutex<Option<Informer<PartialObjectMeta<Namespace>>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -261,6 +300,7 @@ impl Context {
             }),
             bucket: Mutex::new(TokenBucket::new(config.rate, config.burst)),
             wake: Notify::new(),
+            namespaces: Mutex::new(None),
             client,
             config,
             metrics,
@@ -275,6 +315,29 @@ impl Context {
         let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.metrics.pending.set(gauge(state.pending.len()));
         self.metrics.workloads.set(gauge(state.index.len()));
+    }
+
+    /// Whether workloads of `namespace` are served (`--namespace-selector`,
+    /// `--namespaces-to-ignore`).
+    fn serves(&self, namespace: &str) -> bool {
+        let filter = &self.config.namespaces;
+        if !filter.needs_labels() {
+            return filter.allows(namespace, None);
+        }
+        let informer = lock(&self.namespaces).clone();
+        let labels = informer
+            .and_then(|i| {
+                i.store()
+                    .get(&kube::runtime::reflector::ObjectRef::new(namespace))
+            })
+            .and_then(|ns| ns.metadata.labels.clone());
+        filter.allows(namespace, labels.as_ref())
+    }
+
+    /// The rollout settings of a cached workload.
+    fn settings(workload: &Owned) -> WorkloadSettings {
+        let w = workload.workload();
+        WorkloadSettings::parse(w.kind(), w.annotations())
     }
 
     fn count(&self, action: &str) {
@@ -315,10 +378,27 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         }
     };
     discovered.store(true, std::sync::atomic::Ordering::Release);
+    let resources: HashMap<WorkloadKind, ApiResource> = resources
+        .into_iter()
+        .filter(|(kind, _)| {
+            let ignored = ctx.config.ignored_kinds.contains(kind);
+            if ignored {
+                info!(kind = %kind, "reload: kind ignored (--ignored-workload-types), not watching");
+            }
+            !ignored
+        })
+        .collect();
     ctx.state().resources = resources.clone();
     let mut tasks = tokio::task::JoinSet::new();
     let workers = Arc::new(tokio::sync::Semaphore::new(0));
-    let expected = 2 + resources.len();
+    let mut expected = 2 + resources.len();
+    if ctx.config.namespaces.needs_labels() {
+        let informer = runtime.namespaces(&health);
+        *lock(&ctx.namespaces) = Some(informer.clone());
+        let sub = informer.subscribe("reload namespaces");
+        tasks.spawn(watch_namespaces(ctx.clone(), sub, workers.clone()));
+        expected += 1;
+    }
     {
         let sub = configs
             .informer::<ConfigMap>()

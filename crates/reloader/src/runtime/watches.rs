@@ -67,7 +67,8 @@ pub(super) async fn on_workload(
         }
         let indexed = state.index.apply(owned.workload());
         let problems = if indexed {
-            let problems = state
+            let settings = Context::settings(&owned);
+            let mut problems: Vec<(&'static str, String)> = state
                 .index
                 .get(&object)
                 .map(|e| {
@@ -78,9 +79,16 @@ pub(super) async fn on_workload(
                         .collect()
                 })
                 .unwrap_or_default();
+            problems.extend(
+                settings
+                    .problems
+                    .iter()
+                    .map(|p| (p.reason(), p.to_string())),
+            );
             state.workloads.insert(object.clone(), owned.clone());
             let now = Instant::now();
             state.pending.schedule(object.clone(), now, now, None);
+            schedule_resume(&mut state, &object, &owned, &settings);
             problems
         } else {
             state.workloads.remove(&object);
@@ -122,8 +130,76 @@ pub(super) async fn on_workload(
     Some(object)
 }
 
+/// A Deployment conflux paused (`paused-at` and `spec.paused`): when to resume it.
+pub(super) fn schedule_resume(
+    state: &mut State,
+    object: &ObjectRef,
+    owned: &Owned,
+    settings: &WorkloadSettings,
+) {
+    let Owned::Deployment(d) = owned else {
+        return;
+    };
+    let (paused, paused_at) = pause_state(d);
+    let now = unix_now();
+    let due = match settings.pause(now, paused, paused_at) {
+        Pause::ResumeAt(at) => {
+            let wait = u64::try_from(at.saturating_sub(now)).unwrap_or_default();
+            Instant::now() + Duration::from_secs(wait)
+        }
+        Pause::ResumeNow => Instant::now(),
+        _ => {
+            state.resumes.remove(object);
+            return;
+        }
+    };
+    state.resumes.insert(object.clone(), due);
+}
+
+/// Follows Namespaces (`--namespace-selector`): a namespace whose labels now select it gets its
+/// workloads evaluated (their baselines recorded, changes made meanwhile rolled).
+pub(super) async fn watch_namespaces(
+    ctx: Arc<Context>,
+    mut sub: conflux_runtime::Subscription<PartialObjectMeta<Namespace>>,
+    listed: Arc<tokio::sync::Semaphore>,
+) {
+    while let Some((change, previous)) = sub.recv_with_previous().await {
+        match change {
+            Change::InitDone => listed.add_permits(1),
+            Change::Applied(ns) => {
+                let name = ns.name_any();
+                let was = previous.is_some_and(|p| {
+                    ctx.config
+                        .namespaces
+                        .allows(&name, p.metadata.labels.as_ref())
+                });
+                if was || !ctx.serves(&name) {
+                    continue;
+                }
+                let mut state = ctx.state();
+                let now = Instant::now();
+                let workloads: Vec<ObjectRef> = state
+                    .workloads
+                    .keys()
+                    .filter(|o| *o.namespace == *name)
+                    .cloned()
+                    .collect();
+                debug!(namespace = %name, workloads = workloads.len(), "reload: namespace now selected");
+                for object in workloads {
+                    state.pending.schedule(object, now, now, None);
+                }
+                ctx.update_gauges(&state);
+                drop(state);
+                ctx.wake.notify_one();
+            }
+            _ => {}
+        }
+    }
+}
+
 pub(super) fn forget_workload(ctx: &Context, object: &ObjectRef) {
     let mut state = ctx.state();
+    state.resumes.remove(object);
     state.index.delete(object);
     state.workloads.remove(object);
     state.pending.remove(object);
@@ -163,6 +239,9 @@ pub(super) async fn watch_configs<K: ConfigResource>(
 /// delete): schedule its workloads after the window.
 pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::ObjectMeta) {
     let (namespace, name) = object_id(meta);
+    if !ctx.serves(&namespace) {
+        return;
+    }
     let mut state = ctx.state();
     let hits: Vec<ObjectRef> = state
         .index
@@ -175,9 +254,15 @@ pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::Objec
     }
     debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
     let now = Instant::now();
-    let due = now + ctx.config.debounce;
-    let deadline = now + ctx.config.debounce_max.max(ctx.config.debounce);
     for object in hits {
+        // The workload's own window (`conflux.dev/reload-debounce`), else the flag's.
+        let debounce = state
+            .workloads
+            .get(&object)
+            .and_then(|w| Context::settings(w).debounce)
+            .unwrap_or(ctx.config.debounce);
+        let due = now + debounce;
+        let deadline = now + ctx.config.debounce_max.max(debounce);
         state
             .pending
             .schedule(object, due, deadline, Some((kind, name.clone())));

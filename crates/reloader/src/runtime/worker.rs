@@ -3,16 +3,33 @@
 
 use super::*;
 
-/// Evaluates due workloads, forever.
+/// Evaluates due workloads and resumes paused Deployments, forever.
 pub(super) async fn worker(ctx: Arc<Context>, configs: ConfigWatches) {
     loop {
         let now = Instant::now();
-        let (due, next) = {
+        let (due, next, resumes) = {
             let mut state = ctx.state();
-            let taken = state.pending.take_due(now);
+            let (due, next) = state.pending.take_due(now);
+            let resumes: Vec<ObjectRef> = state
+                .resumes
+                .iter()
+                .filter(|(_, at)| **at <= now)
+                .map(|(o, _)| o.clone())
+                .collect();
+            for o in &resumes {
+                state.resumes.remove(o);
+            }
+            let next_resume = state.resumes.values().min().copied();
             ctx.update_gauges(&state);
-            taken
+            let next = match (next, next_resume) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            (due, next, resumes)
         };
+        for object in resumes {
+            resume(&ctx, &object).await;
+        }
         if due.is_empty() {
             let sleep = next.unwrap_or_else(|| now + Duration::from_secs(3600));
             tokio::select! {
@@ -29,7 +46,7 @@ pub(super) async fn worker(ctx: Arc<Context>, configs: ConfigWatches) {
 pub(super) struct Plan {
     object: ObjectRef,
     workload: Arc<Owned>,
-    watched: Vec<Consumption>,
+    watch: Watch,
     causes: BTreeSet<(ConfigKind, String)>,
     window_passed: bool,
 }
@@ -58,16 +75,21 @@ pub(super) async fn evaluate(
     let plans: Vec<Plan> = {
         let state = ctx.state();
         due.into_iter()
+            .filter(|(object, _)| ctx.serves(&object.namespace))
             .filter_map(|(object, pending)| {
                 let entry = state.index.get(&object)?;
                 let workload = state.workloads.get(&object)?.clone();
-                let view = NamespaceView::of(configs, object.namespace.as_ref(), entry);
-                let watched =
-                    watched_configs(&entry.consumers, &entry.opt_in, ctx.config.options, &view);
+                let view = NamespaceView::of(
+                    configs,
+                    object.namespace.as_ref(),
+                    entry,
+                    &ctx.config.config_selector,
+                );
+                let watch = watch(&entry.consumers, &entry.opt_in, ctx.config.options, &view);
                 Some(Plan {
                     object,
                     workload,
-                    watched,
+                    watch,
                     causes: pending.causes,
                     window_passed: pending.window_passed,
                 })
@@ -77,9 +99,10 @@ pub(super) async fn evaluate(
     let wanted: BTreeSet<ConfigId> = plans
         .iter()
         .flat_map(|p| {
-            p.watched
-                .iter()
-                .map(|c| (c.kind, p.object.namespace.to_string(), c.name.clone()))
+            p.watch.candidates.iter().map(|c| {
+                let c = &c.consumption;
+                (c.kind, p.object.namespace.to_string(), c.name.clone())
+            })
         })
         .collect();
     let fetched: HashMap<ConfigId, Result<Option<Fetched>>> = futures::stream::iter(wanted)
@@ -128,21 +151,23 @@ pub(super) async fn decide_and_act(
 ) {
     let ns = plan.object.namespace.to_string();
     let errors: Vec<&Error> = plan
-        .watched
+        .watch
+        .candidates
         .iter()
-        .filter_map(
-            |c| match fetched.get(&(c.kind, ns.clone(), c.name.clone())) {
+        .filter_map(|c| {
+            let c = &c.consumption;
+            match fetched.get(&(c.kind, ns.clone(), c.name.clone())) {
                 Some(Err(err)) => Some(err),
                 _ => None,
-            },
-        )
+            }
+        })
         .collect();
     if let Some(err) = errors.first() {
         let err = (*err).clone();
         fail(ctx, &plan, err).await;
         return;
     }
-    let hash = content_hash(&plan.watched, |kind, name| {
+    let hash = content_hash(&plan.watch, |kind, name| {
         match fetched.get(&(kind, ns.clone(), name.to_owned())) {
             Some(Ok(Some(f))) => Some(f.data()),
             _ => None,
@@ -151,7 +176,7 @@ pub(super) async fn decide_and_act(
     let Some(state) = WorkloadState::of(plan.workload.workload()) else {
         return;
     };
-    let action = decide(&state, &hash);
+    let action = decide(&state, &hash, ctx.config.options);
     match action {
         Action::None => {
             ctx.count(if hash.missing_required.is_empty() {
@@ -172,12 +197,12 @@ pub(super) async fn decide_and_act(
                 Err(err) => fail(ctx, &plan, err).await,
             }
         }
-        Action::Rollout(_) if !plan.window_passed && !ctx.config.debounce.is_zero() => {
+        Action::Rollout(_) if !plan.window_passed && !debounce(ctx, &plan).is_zero() => {
             // Found through a workload event: the config change behind it gets its window too,
             // so changes made together still roll once.
             ctx.count("deferred");
+            let due = Instant::now() + debounce(ctx, &plan);
             let mut state = ctx.state();
-            let due = Instant::now() + ctx.config.debounce;
             state
                 .pending
                 .reschedule(plan.object.clone(), due, &plan.causes);
@@ -200,7 +225,16 @@ pub(super) async fn decide_and_act(
                 return;
             }
             ctx.count("rollout");
-            let result = apply(ctx, &plan, patch).await;
+            let patch = patch.reloaded_from(&state, unix_now());
+            let mut why = describe(&patch.changes, &plan.causes);
+            let result = match pause(ctx, &plan).await {
+                Ok(Some(period)) => {
+                    why.push_str(&format!("; paused for {}s", period.as_secs()));
+                    apply(ctx, &plan, patch).await
+                }
+                Ok(None) => apply(ctx, &plan, patch).await,
+                Err(err) => Err(err),
+            };
             ctx.metrics
                 .rollouts
                 .get_or_create(&RolloutLabels {
@@ -213,16 +247,6 @@ pub(super) async fn decide_and_act(
                     ctx.state().failures.remove(&plan.object);
                     ctx.problems.resolve(&plan.object.to_string());
                     let short = &hash.hex[..hash.hex.len().min(12)];
-                    let why = if plan.causes.is_empty() {
-                        "watched configuration changed".to_owned()
-                    } else {
-                        let names: Vec<String> = plan
-                            .causes
-                            .iter()
-                            .map(|(k, n)| format!("{k} {n}"))
-                            .collect();
-                        format!("{} changed", names.join(", "))
-                    };
                     info!(workload = %plan.object, %why, hash = %short, "reload: rolled out");
                     let reference = reference(ctx, &plan.object, &plan.workload);
                     publish(
@@ -239,6 +263,127 @@ pub(super) async fn decide_and_act(
             }
         }
     }
+}
+
+/// The coalescing window of a workload: its `conflux.dev/reload-debounce`, else the flag's.
+fn debounce(ctx: &Context, plan: &Plan) -> Duration {
+    Context::settings(&plan.workload)
+        .debounce
+        .unwrap_or(ctx.config.debounce)
+}
+
+/// Before a Deployment with a `pause-period` rolls: pauses it (`spec.paused`, and `paused-at`
+/// so it is known to be ours) unless it is paused already, and schedules the resume. Returns the
+/// period when it paused now.
+async fn pause(ctx: &Context, plan: &Plan) -> Result<Option<Duration>> {
+    let Owned::Deployment(d) = &*plan.workload else {
+        return Ok(None);
+    };
+    let settings = Context::settings(&plan.workload);
+    let Some(period) = settings.pause_period else {
+        return Ok(None);
+    };
+    if pause_state(d).0 {
+        // Paused by us (its resume is scheduled) or by someone else (never ours to touch).
+        return Ok(None);
+    }
+    let now = unix_now();
+    let body = serde_json::json!({
+        "spec": {"paused": true},
+        "metadata": {"annotations": {crate::settings::PAUSED_AT: crate::settings::format_rfc3339(now)}},
+    });
+    merge_patch(ctx, plan.workload.workload().kind(), &plan.object, &body).await?;
+    let mut state = ctx.state();
+    state
+        .resumes
+        .insert(plan.object.clone(), Instant::now() + period);
+    drop(state);
+    ctx.wake.notify_one();
+    Ok(Some(period))
+}
+
+/// Resumes a Deployment whose pause period is over, if it is still paused by us.
+async fn resume(ctx: &Context, object: &ObjectRef) {
+    let cached = ctx.state().workloads.get(object).cloned();
+    let Some(workload) = cached else {
+        return;
+    };
+    let Owned::Deployment(d) = &*workload else {
+        return;
+    };
+    let settings = Context::settings(&workload);
+    let (paused, paused_at) = pause_state(d);
+    match settings.pause(unix_now(), paused, paused_at) {
+        Pause::ResumeNow => {}
+        Pause::ResumeAt(_) => {
+            // The cache is older than the pause: look again once it catches up.
+            let mut state = ctx.state();
+            schedule_resume(&mut state, object, &workload, &settings);
+            return;
+        }
+        _ => return,
+    }
+    let body = serde_json::json!({
+        "spec": {"paused": false},
+        "metadata": {"annotations": {crate::settings::PAUSED_AT: null}},
+    });
+    match merge_patch(ctx, WorkloadKind::Deployment, object, &body).await {
+        Ok(()) => info!(workload = %object, "reload: pause period over, resumed"),
+        Err(err) => {
+            warn!(workload = %object, reason = err.reason(), error = %err, "reload: cannot resume; retrying");
+            let mut state = ctx.state();
+            state
+                .resumes
+                .insert(object.clone(), Instant::now() + Policy::ROLLOUT.delay(1));
+        }
+    }
+}
+
+/// A JSON merge patch of a workload (field manager [`FIELD_MANAGER`]): the pause and its end,
+/// which the server-side apply patches never carry.
+async fn merge_patch(
+    ctx: &Context,
+    kind: WorkloadKind,
+    object: &ObjectRef,
+    body: &serde_json::Value,
+) -> Result<()> {
+    let ar = ctx.state().resources.get(&kind).cloned();
+    let Some(ar) = ar else {
+        return Err(Error::KindNotServed { kind });
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &object.namespace, &ar);
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PatchParams::default()
+    };
+    api.patch(&object.name, &params, &Patch::Merge(body))
+        .await
+        .map_err(conflux_runtime::Error::api(format!(
+            "patching {kind} {object}"
+        )))?;
+    Ok(())
+}
+
+/// The seconds since the Unix epoch (Reloader's `observedAt`).
+pub(super) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// What a rollout answers, for its Event and log line: the changed configs and the keys that
+/// changed, or the configs whose events scheduled it when the changes are not known.
+fn describe(changes: &[ConfigChange], causes: &BTreeSet<(ConfigKind, String)>) -> String {
+    if !changes.is_empty() {
+        let parts: Vec<String> = changes.iter().map(ToString::to_string).collect();
+        return parts.join("; ");
+    }
+    if causes.is_empty() {
+        return "watched configuration changed".to_owned();
+    }
+    let names: Vec<String> = causes.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    format!("{} changed", names.join(", "))
 }
 
 /// Warns once per missing set when a required config holds a rollout.

@@ -44,7 +44,6 @@ use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 use watch_index::runtime::configs::ConfigResource;
@@ -147,12 +146,7 @@ impl Context {
 /// backoff (and readiness says so) rather than ending the process.
 pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     let health = runtime.health().part("sync");
-    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.informer(
-        Api::all(ctx.client.clone()),
-        watcher::Config::default(),
-        "Namespace",
-        &health,
-    );
+    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.namespaces(&health);
     *write(&ctx.namespaces) = Some(namespaces.clone());
     let syncs: Informer<ConfigSync> = runtime.informer(
         Api::all(ctx.client.clone()),
