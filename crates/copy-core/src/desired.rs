@@ -27,7 +27,8 @@ use watch_index::redact::RedactedJson;
 use crate::copy_from::PullVia;
 use crate::fan_out::FanOut;
 use crate::ownership::{
-    COPIED_KEYS_ANNOTATION, SOURCE_ANNOTATION, TEMPLATE_HASH_ANNOTATION, source_annotation,
+    COPIED_KEYS_ANNOTATION, OWNERSHIP_LABELS, SOURCE_ANNOTATION, TEMPLATE_HASH_ANNOTATION,
+    source_annotation,
 };
 use crate::replicator;
 use crate::source::{ConfigObject, SECRET_TYPE_OPAQUE, effective_secret_type, hex};
@@ -367,6 +368,9 @@ fn key_removal(
 /// re-creation decided by the [plan](crate::steps).
 pub fn fan_out_copy(source: &ConfigObject, fan_out: &FanOut, namespace: &str) -> ConfigObject {
     let mut labels = fan_out.labels.clone();
+    // No other owner's labels (a replicator source that is itself a copy would pass its own on):
+    // two owners of one copy would take turns pruning and re-creating it.
+    labels.retain(|key, _| !OWNERSHIP_LABELS.contains(&key.as_str()));
     // Ownership labels last: a template label cannot disown the copy.
     labels.extend(fan_out.owner.labels());
     let mut annotations = fan_out.annotations.clone();

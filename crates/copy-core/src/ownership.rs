@@ -24,6 +24,14 @@ pub const CONFIG_SYNC_LABEL: &str = "copy.conflux.dev/config-sync";
 pub const SOURCE_NAMESPACE_LABEL: &str = "copy.conflux.dev/source-namespace";
 /// Label naming an annotated source that owns a copy.
 pub const SOURCE_NAME_LABEL: &str = "copy.conflux.dev/source-name";
+/// Every label that says who owns a copy: what a release strips, and what a copy never takes
+/// from anywhere but its own owner.
+pub const OWNERSHIP_LABELS: [&str; 4] = [
+    MANAGED_BY_LABEL,
+    CONFIG_SYNC_LABEL,
+    SOURCE_NAMESPACE_LABEL,
+    SOURCE_NAME_LABEL,
+];
 /// Annotation naming the source of a copy, `<Kind>/<namespace>/<name>` (always the full names).
 pub const SOURCE_ANNOTATION: &str = "copy.conflux.dev/source";
 /// Annotation set (value `"true"`) on copies whose source was deleted: they are kept so workloads
@@ -177,15 +185,10 @@ pub fn resource_set_of(labels: Option<&BTreeMap<String, String>>) -> Option<Stri
 /// data and everything else in place: what the `Orphan` deletion policy does. A merge patch, not an
 /// apply, because an apply that drops our fields would drop the data we own as well.
 pub fn release_patch() -> serde_json::Value {
-    let labels: serde_json::Map<String, serde_json::Value> = [
-        MANAGED_BY_LABEL,
-        CONFIG_SYNC_LABEL,
-        SOURCE_NAMESPACE_LABEL,
-        SOURCE_NAME_LABEL,
-    ]
-    .into_iter()
-    .map(|k| (k.to_owned(), serde_json::Value::Null))
-    .collect();
+    let labels: serde_json::Map<String, serde_json::Value> = OWNERSHIP_LABELS
+        .into_iter()
+        .map(|k| (k.to_owned(), serde_json::Value::Null))
+        .collect();
     let annotations: serde_json::Map<String, serde_json::Value> = [
         SOURCE_ANNOTATION,
         ORPHANED_ANNOTATION,

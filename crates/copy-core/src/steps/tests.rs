@@ -1099,3 +1099,27 @@ fn orphaned_copies_keep_the_labels_they_carry() {
     assert!(gone.owner.owns(Some(labels)));
     assert!(object.same_content(&src), "the data stays");
 }
+
+/// A replicator source that is itself a copy (of a ConfigSync) passes its labels on, but not its
+/// owner's: the ConfigSync must not see the pushed copies as its own and prune them.
+#[test]
+fn pushed_copies_never_take_another_owners_labels() {
+    let sync = fan_out(serde_json::json!({}));
+    let mut src = our_copy(&sync, &source(&[("token", "v")]), "flux-system");
+    src.metadata_mut()
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("app".to_owned(), "kafka".to_owned());
+    let pushed = annotated_fan_out(&src, &[(crate::replicator::REPLICATE_TO, "team-a")]);
+    let steps = plan_sync(&pushed, Some(&src), views_of(CLUSTER).iter().map(view), &[]);
+    let [Step::Create { object }] = &steps[..] else {
+        panic!("{steps:?}")
+    };
+    let labels = object.metadata().labels.as_ref();
+    assert_eq!(labels.unwrap()["app"], "kafka");
+    assert!(pushed.owner.owns(labels));
+    assert!(
+        !sync.owner.owns(labels),
+        "the ConfigSync does not own the pushed copy"
+    );
+}
