@@ -244,7 +244,8 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
     };
     let lwp = ["list", "watch", "patch"];
     match controller {
-        ControllerName::Copy => vec![copies()],
+        // Namespaces (metadata): reflector's consent may select target namespaces by label.
+        ControllerName::Copy => vec![copies(), rule("", &["namespaces"], &["list", "watch"])],
         ControllerName::Sync => {
             let plural = copy_core::ConfigSync::plural(&()).into_owned();
             vec![
