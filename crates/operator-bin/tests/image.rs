@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use conflux_tests::eventually;
 use fault_support::{Conflux, World};
+use k8s_openapi::api::admissionregistration::v1::ValidatingAdmissionPolicy;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
@@ -580,17 +581,7 @@ async fn helm_install_runs_conflux_from_the_image() {
     let mut conflux = start_as_deployed(cluster, &admin, &pod, 2).await;
     conflux.wait_ready().await;
     wait_leader(&conflux).await;
-    let policies: Api<DynamicObject> = Api::all_with(
-        admin.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(
-                "admissionregistration.k8s.io",
-                "v1",
-                "ValidatingAdmissionPolicy",
-            ),
-            "validatingadmissionpolicies",
-        ),
-    );
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(admin.clone());
     eventually(
         "conflux to apply its admission policy",
         Duration::from_secs(120),
