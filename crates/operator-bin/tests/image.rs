@@ -6,7 +6,8 @@
 //! image's entrypoint, the Deployment's args and env, the ServiceAccount's own token and the
 //! cluster CA where a pod finds them), does every controller's job and becomes ready; `helm
 //! upgrade` turns protect on, and the new RBAC and args take effect; `helm uninstall` keeps the
-//! ConfigSync CRD and its objects.
+//! ConfigSync CRD and its objects. `hack/image.sh push` puts the same image (same digest) into a
+//! registry (crane's own, on loopback).
 //!
 //! The test cluster has no kubelet: the Deployment's pods stay Pending, so conflux runs as a
 //! process here. Needs root (chroot).
@@ -300,6 +301,66 @@ fn the_image_holds_what_the_deployment_runs_and_runs_as_65532() {
         format!("conflux {}", env!("CARGO_PKG_VERSION"))
     );
     let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `hack/image.sh push` puts the very image that was built (same digest) into a registry: crane's
+/// own, on loopback.
+#[test]
+fn hack_image_push_puts_the_built_image_into_a_registry() {
+    let image = image();
+    let crane = conflux_tests::tool("crane");
+    let log = conflux_tests::repo_root().join(format!(
+        "target/image-test/{}-registry.log",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(log.parent().expect("parent")).expect("log dir");
+    let mut registry = Command::new(&crane)
+        .args(["registry", "serve", "--address", "127.0.0.1:0"])
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("crane registry serve");
+    conflux_tests::reap_with_this_process(registry.id());
+    let mut port = None;
+    for _ in 0..100 {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        port = text
+            .split("serving on port ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .map(str::to_owned);
+        if port.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let port = port.expect("crane's registry reports its port");
+    let reference = format!(
+        "127.0.0.1:{port}/team/conflux:v{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    let push = Command::new("bash")
+        .arg(conflux_tests::repo_root().join("hack/image.sh"))
+        .args(["push", &reference])
+        .output()
+        .expect("hack/image.sh push");
+    assert!(
+        push.status.success(),
+        "hack/image.sh push: {}",
+        String::from_utf8_lossy(&push.stderr)
+    );
+    let digest = Command::new(&crane)
+        .args(["digest", &reference])
+        .output()
+        .expect("crane digest");
+    let index: Value = read_json(&image.layout.join("index.json"));
+    assert_eq!(
+        String::from_utf8_lossy(&digest.stdout).trim(),
+        index["manifests"][0]["digest"]
+            .as_str()
+            .expect("the built digest")
+    );
+    let _ = registry.kill();
+    let _ = registry.wait();
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
