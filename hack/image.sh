@@ -69,7 +69,7 @@ start_registry() {
   registry_pid=$!
   trap 'kill "$registry_pid" 2>/dev/null || true' EXIT
   local port=""
-  for _ in $(seq 100); do
+  for _ in $(seq 300); do
     port=$(sed -n 's/.*serving on port \([0-9]*\).*/\1/p' "$dir/registry.log" | head -n 1)
     [ -n "$port" ] && break
     kill -0 "$registry_pid" 2>/dev/null || break

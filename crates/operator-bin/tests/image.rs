@@ -54,16 +54,17 @@ fn image() -> &'static Image {
     static IMAGE: OnceLock<Image> = OnceLock::new();
     IMAGE.get_or_init(|| {
         let root = conflux_tests::repo_root();
-        let status = Command::new("bash")
+        let build = Command::new("bash")
             .arg(root.join("hack/image.sh"))
             .arg("build")
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .status()
+            .output()
             .expect("run hack/image.sh build");
+        let log = String::from_utf8_lossy(&build.stderr);
+        eprint!("{log}");
         assert!(
-            status.success(),
-            "hack/image.sh build failed; its output is above"
+            build.status.success(),
+            "hack/image.sh build failed ({}):\n{log}",
+            build.status
         );
         let layout = root.join("target/image/oci");
         let index: Value = read_json(&layout.join("index.json"));
