@@ -183,6 +183,13 @@ fn pipe(program: &str, args: &[&str], input: &[u8]) -> Vec<u8> {
 
 /// `chroot --userspec=65532:65532 ROOT COMMAND...` with exactly `env`.
 fn chroot(root: &Path, command: &[String], env: &[(String, String)]) -> Command {
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    assert_eq!(
+        uid, 0,
+        "running the image needs root (chroot): run the tests as root, as CI does"
+    );
     // Looked up on this process's PATH: the child's environment is emptied.
     let path = std::env::var_os("PATH").unwrap_or_default();
     let chroot = std::env::split_paths(&path)
