@@ -30,3 +30,9 @@ FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/k
 # kustomize (sigs.k8s.io/kustomize/kustomize/v5), the oracle of `conflux plan`'s built-in build.
 # v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
 KUSTOMIZE_VERSION=v5.8.2
+
+# Helm (helm.sh/helm/v4, cmd/helm): lints, renders and installs charts/conflux in the tests.
+HELM_VERSION=v4.3.1
+# go-containerregistry's crane (cmd/crane): assembles, unpacks and pushes the conflux image
+# without a container engine (hack/image.sh).
+CRANE_VERSION=v0.22.1
