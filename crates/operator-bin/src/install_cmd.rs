@@ -261,10 +261,13 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
                 ),
             ]
         }
-        // One informer per workload kind, and server-side applied template annotations.
+        // One informer per workload kind, and server-side applied template annotations (a
+        // pause-period's pause and resume are merge patches); Namespaces (metadata) for
+        // --namespace-selector.
         ControllerName::Reload => vec![
             rule("apps", &["deployments", "statefulsets", "daemonsets"], &lwp),
             rule("batch", &["cronjobs"], &lwp),
+            rule("", &["namespaces"], &["list", "watch"]),
         ],
         // Flux objects are watched and merge-patched (`requestedAt`, observed-configs digest).
         ControllerName::FluxTrigger => vec![
