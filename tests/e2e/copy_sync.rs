@@ -11,7 +11,7 @@ mod copy_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use conflux_tests::{cluster, eventually};
+use conflux_tests::{cluster, eventually, label_namespace, unlabel_namespace};
 use copy_support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;

@@ -9,7 +9,7 @@
 
 mod copy_support;
 
-use conflux_tests::{cluster, eventually};
+use conflux_tests::{cluster, eventually, unlabel_namespace};
 use copy_support::*;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;

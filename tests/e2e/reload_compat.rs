@@ -12,7 +12,7 @@ mod reload_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use conflux_tests::{cluster, eventually};
+use conflux_tests::{cluster, eventually, label_namespace};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use reload_support::*;
 use reloader::filters::NamespaceFilter;
@@ -355,7 +355,7 @@ async fn namespace_selector_and_namespaces_to_ignore() {
     // A label unique to this test, so the cluster-wide controller serves only its namespaces.
     let team = format!("t{}", std::process::id());
     for ns in [&matching, &ignored] {
-        label_namespace(&client, ns, json!({"conflux-test-team": team})).await;
+        label_namespace(&client, ns, &[("conflux-test-team", &team)]).await;
     }
     for ns in [&matching, &ignored, &other] {
         apply_cm(&client, ns, "cfg", json!({"k": "1"}), json!({})).await;
@@ -387,7 +387,7 @@ async fn namespace_selector_and_namespaces_to_ignore() {
         assert_eq!(replica_sets(&client, ns, "web").await, 1, "{ns}");
     }
     // `other` gains the label: served from now on (a baseline first, then changes roll).
-    label_namespace(&client, &other, json!({"conflux-test-team": team})).await;
+    label_namespace(&client, &other, &[("conflux-test-team", &team)]).await;
     wait_baseline(&client, &other, "web").await;
     apply_cm(&client, &other, "cfg", json!({"k": "3"}), json!({})).await;
     wait_reloaded_from(&client, &other, "web", None).await;

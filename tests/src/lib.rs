@@ -393,6 +393,34 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((status, body))
 }
 
+/// Sets namespace labels (a merge patch).
+pub async fn label_namespace(client: &Client, ns: &str, labels: &[(&str, &str)]) {
+    let labels: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+    patch_namespace(
+        client,
+        ns,
+        serde_json::json!({"metadata": {"labels": labels}}),
+    )
+    .await;
+}
+
+/// Removes a namespace label.
+pub async fn unlabel_namespace(client: &Client, ns: &str, key: &str) {
+    let labels = serde_json::json!({"metadata": {"labels": {key: null}}});
+    patch_namespace(client, ns, labels).await;
+}
+
+async fn patch_namespace(client: &Client, ns: &str, patch: serde_json::Value) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch namespace {ns}: {e}"));
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

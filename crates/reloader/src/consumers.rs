@@ -122,30 +122,20 @@ pub fn pod_spec_consumers(spec: &PodSpec) -> Vec<Consumption> {
 /// first regular container. `None` only for a pod spec without containers.
 pub fn container_ref<'a>(spec: &'a PodSpec, kind: ConfigKind, name: &str) -> Option<&'a str> {
     let first = spec.containers.first().map(|c| c.name.as_str());
-    let holds = |volume: &k8s_openapi::api::core::v1::Volume| match kind {
-        ConfigKind::ConfigMap => {
-            volume.config_map.as_ref().is_some_and(|v| v.name == name)
-                || volume
-                    .projected
-                    .as_ref()
-                    .and_then(|p| p.sources.as_deref())
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|s| s.config_map.as_ref().is_some_and(|c| c.name == name))
-        }
-        ConfigKind::Secret => {
-            volume
+    let holds = |volume: &k8s_openapi::api::core::v1::Volume| {
+        let direct = match kind {
+            ConfigKind::ConfigMap => volume.config_map.as_ref().is_some_and(|v| v.name == name),
+            ConfigKind::Secret => volume
                 .secret
                 .as_ref()
-                .is_some_and(|v| v.secret_name.as_deref() == Some(name))
-                || volume
-                    .projected
-                    .as_ref()
-                    .and_then(|p| p.sources.as_deref())
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|s| s.secret.as_ref().is_some_and(|c| c.name == name))
-        }
+                .is_some_and(|v| v.secret_name.as_deref() == Some(name)),
+        };
+        let sources = volume.projected.as_ref().and_then(|p| p.sources.as_deref());
+        direct
+            || sources.unwrap_or_default().iter().any(|s| match kind {
+                ConfigKind::ConfigMap => s.config_map.as_ref().is_some_and(|c| c.name == name),
+                ConfigKind::Secret => s.secret.as_ref().is_some_and(|c| c.name == name),
+            })
     };
     let init = spec.init_containers.as_deref().unwrap_or_default();
     let volume = spec

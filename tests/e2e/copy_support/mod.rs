@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conflux_runtime::Runtime;
-use conflux_tests::{Cluster, cluster, eventually};
+use conflux_tests::{Cluster, cluster, eventually, label_namespace};
 use copy_core::ConfigSync;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
@@ -259,31 +259,6 @@ pub async fn named_namespace(client: &Client, name: &str, labels: &[(&str, &str)
         Err(e) => panic!("create namespace {name}: {e}"),
     }
     name.to_owned()
-}
-
-/// Sets (value `Some`) or removes (`None`) namespace labels.
-pub async fn label_namespace(client: &Client, ns: &str, labels: &[(&str, &str)]) {
-    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("label namespace {ns}: {e}"));
-}
-
-/// Removes a namespace label.
-pub async fn unlabel_namespace(client: &Client, ns: &str, key: &str) {
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {key: null}}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("unlabel namespace {ns}: {e}"));
 }
 
 /// Server-side applies a ConfigMap or Secret as the test's own field manager.

@@ -223,16 +223,26 @@ pub async fn get_deployment(client: &Client, ns: &str, name: &str) -> Deployment
         .unwrap_or_else(|e| panic!("get Deployment {name}: {e}"))
 }
 
-/// The pod-template hash annotation conflux set, if any.
-pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<String> {
+/// A pod-template annotation of the Deployment, if set.
+pub async fn template_annotation(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+) -> Option<String> {
     get_deployment(client, ns, name)
         .await
         .spec
         .template
         .metadata?
         .annotations?
-        .get(HASH)
+        .get(key)
         .cloned()
+}
+
+/// The pod-template hash annotation conflux set, if any.
+pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<String> {
+    template_annotation(client, ns, name, HASH).await
 }
 
 /// The baseline annotation conflux recorded, if any.
@@ -315,14 +325,7 @@ pub async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<
 
 /// Reloader's `last-reloaded-from` on the Deployment's pod template, if any.
 pub async fn last_reloaded_from(client: &Client, ns: &str, name: &str) -> Option<String> {
-    get_deployment(client, ns, name)
-        .await
-        .spec
-        .template
-        .metadata?
-        .annotations?
-        .get(LAST_RELOADED_FROM)
-        .cloned()
+    template_annotation(client, ns, name, LAST_RELOADED_FROM).await
 }
 
 /// Waits until `last-reloaded-from` of `name` differs from `before` (how Reloader's own e2e tests
@@ -374,16 +377,4 @@ pub async fn delete_secret(client: &Client, ns: &str, name: &str) {
         .delete(name, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("delete Secret {name}: {e}"));
-}
-
-/// Labels the namespace `ns` with `labels` (merge patch).
-pub async fn label_namespace(client: &Client, ns: &str, labels: Value) {
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("label namespace {ns}: {e}"));
 }
