@@ -1,6 +1,11 @@
 # syntax=docker/dockerfile:1
-# The conflux container image: a static (musl) build of `conflux`, on distroless/static as
-# user 65532. Build from the repository root:
+# The conflux container image for those with a container engine: a static (musl) build of
+# `conflux`, on distroless/static as user 65532. This recipe has never been built in this
+# repository's CI (it has no container engine). The image CI builds and runs is made without one
+# by `hack/image.sh build` (the glibc release binary and exactly the libraries it loads, assembled
+# with crane); both have the entrypoint /usr/local/bin/conflux and the user 65532:65532 that the
+# Deployment of `conflux install --export` and charts/conflux expect. Build from the repository
+# root:
 #
 #   docker build -t ghcr.io/conflux-dev/conflux:v0.1.0 .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ghcr.io/conflux-dev/conflux:v0.1.0 --push .

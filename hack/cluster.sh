@@ -13,8 +13,15 @@
 #   hack/cluster.sh bin                print the directory holding the Kubernetes binaries
 #   hack/cluster.sh flux-bin           print the directory holding the Flux binaries and manifests
 #   hack/cluster.sh build --kustomize  also build kustomize (the oracle of plan's kustomize tests)
+#   hack/cluster.sh build --helm       also build helm (lints, renders and installs charts/conflux)
+#   hack/cluster.sh build --crane      also build crane (assembles the image: hack/image.sh)
+#   hack/cluster.sh build --tools-only --helm|--crane|--kustomize
+#                                      build only those tools, not Kubernetes
 #   hack/cluster.sh kustomize-bin      print the path of the cached kustomize binary
-#   hack/cluster.sh gen-mods           regenerate the wrapper modules from versions.sh
+#   hack/cluster.sh helm-bin           print the path of the cached helm binary
+#   hack/cluster.sh crane-bin          print the path of the cached crane binary
+#   hack/cluster.sh gen-mods [NAME...] regenerate the wrapper modules (all, or those named: kubernetes,
+#                                      etcd, flux, kustomize, helm, crane) from versions.sh
 #
 # A `git push "$CONFLUX_GIT_URL/NAME.git"` creates or updates the repository that a GitRepository
 # with `url: $CONFLUX_GIT_URL/NAME.git` then pulls.
@@ -31,6 +38,8 @@ cache_root=${CONFLUX_CLUSTER_CACHE:-/var/tmp/conflux-cluster}
 bin_dir="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION/bin"
 flux_dir="$cache_root/flux-$FLUX_VERSION-operator-$FLUX_OPERATOR_VERSION"
 kustomize_bin="$cache_root/kustomize-$KUSTOMIZE_VERSION/kustomize"
+helm_bin="$cache_root/helm-$HELM_VERSION/helm"
+crane_bin="$cache_root/crane-$CRANE_VERSION/crane"
 # The Go on PATH, never a toolchain named in a go.mod: the versions above build with Go 1.26.
 export GOTOOLCHAIN=local
 # Each wrapper module is built alone (a go.work of the user's must not join them).
@@ -124,22 +133,30 @@ gen_mod() {
 
 cmd_gen_mods() {
   mkdir -p "$cache_root"
+  local want=" ${*:-kubernetes etcd flux kustomize helm crane} "
+  wants() { case $want in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
   local k8s_minor=${K8S_VERSION#v1.}
-  gen_mod kubernetes k8s.io/kubernetes "$K8S_VERSION" "v0.$k8s_minor" \
+  wants kubernetes && gen_mod kubernetes k8s.io/kubernetes "$K8S_VERSION" "v0.$k8s_minor" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl
-  gen_mod etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" go.etcd.io/etcd/server/v3
+  wants etcd && gen_mod etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "$ETCD_VERSION" go.etcd.io/etcd/server/v3
   local name var extra
-  for name in source kustomize helm notification; do
-    var=$(printf '%s_CONTROLLER_VERSION' "$name" | tr '[:lower:]' '[:upper:]')
-    extra=$(printf '%s_CONTROLLER_EXTRA_REPLACES' "$name" | tr '[:lower:]' '[:upper:]')
-    EXTRA_REPLACES=${!extra:-} gen_mod "flux/$name-controller" "github.com/fluxcd/$name-controller" \
-      "${!var}" "${!var}" "github.com/fluxcd/$name-controller"
-  done
-  EXTRA_REPLACES=${FLUX_OPERATOR_EXTRA_REPLACES:-} gen_mod flux/operator \
-    github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" "$FLUX_OPERATOR_VERSION" \
-    github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
-  gen_mod kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION" "$KUSTOMIZE_VERSION" \
+  if wants flux; then
+    for name in source kustomize helm notification; do
+      var=$(printf '%s_CONTROLLER_VERSION' "$name" | tr '[:lower:]' '[:upper:]')
+      extra=$(printf '%s_CONTROLLER_EXTRA_REPLACES' "$name" | tr '[:lower:]' '[:upper:]')
+      EXTRA_REPLACES=${!extra:-} gen_mod "flux/$name-controller" "github.com/fluxcd/$name-controller" \
+        "${!var}" "${!var}" "github.com/fluxcd/$name-controller"
+    done
+    EXTRA_REPLACES=${FLUX_OPERATOR_EXTRA_REPLACES:-} gen_mod flux/operator \
+      github.com/controlplaneio-fluxcd/flux-operator "$FLUX_OPERATOR_VERSION" "$FLUX_OPERATOR_VERSION" \
+      github.com/controlplaneio-fluxcd/flux-operator/cmd/operator
+  fi
+  wants kustomize && gen_mod kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION" "$KUSTOMIZE_VERSION" \
     sigs.k8s.io/kustomize/kustomize/v5
+  wants helm && gen_mod helm helm.sh/helm/v4 "$HELM_VERSION" "$HELM_VERSION" helm.sh/helm/v4/cmd/helm
+  wants crane && gen_mod crane github.com/google/go-containerregistry "$CRANE_VERSION" "$CRANE_VERSION" \
+    github.com/google/go-containerregistry/cmd/crane
+  return 0
 }
 
 # go build in wrapper module $1, logging to $2; the remaining arguments go to `go build`.
@@ -226,34 +243,62 @@ build_flux() {
   log "cached in $flux_dir"
 }
 
-# kustomize from its wrapper module, cached by version.
-build_kustomize() {
-  if [ -x "$kustomize_bin" ]; then
-    log "kustomize $KUSTOMIZE_VERSION cached in $kustomize_bin"
+# build_tool NAME VERSION BINARY PACKAGE [LDFLAGS]: one tool from its wrapper module
+# hack/cluster/NAME, cached at BINARY (keyed by version). Built under a temporary name and moved
+# into place, so two builds at once each leave a whole binary.
+build_tool() {
+  local name=$1 version=$2 binary=$3 package=$4 ldflags="-s -w ${5:-}"
+  if [ -x "$binary" ]; then
+    log "$name $version cached in $binary"
     return 0
   fi
-  log "building kustomize $KUSTOMIZE_VERSION"
-  mkdir -p "$(dirname "$kustomize_bin")"
-  go_build kustomize "$cache_root/build-kustomize.log" -ldflags "-s -w" -o "$kustomize_bin.tmp" \
-    sigs.k8s.io/kustomize/kustomize/v5
-  mv "$kustomize_bin.tmp" "$kustomize_bin"
-  log "cached in $kustomize_bin"
+  log "building $name $version"
+  mkdir -p "$(dirname "$binary")"
+  local tmp="$binary.tmp.$$"
+  go_build "$name" "$cache_root/build-$name.log" -ldflags "$ldflags" -o "$tmp" "$package"
+  mv -f "$tmp" "$binary"
+  log "cached in $binary"
+}
+
+# kustomize, the oracle of conflux plan's kustomize tests.
+build_kustomize() {
+  build_tool kustomize "$KUSTOMIZE_VERSION" "$kustomize_bin" sigs.k8s.io/kustomize/kustomize/v5
+}
+
+# helm, with the version it reports (without it: v4.3, the module's placeholder).
+build_helm() {
+  build_tool helm "$HELM_VERSION" "$helm_bin" helm.sh/helm/v4/cmd/helm \
+    "-X helm.sh/helm/v4/internal/version.version=$HELM_VERSION -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
+}
+
+# crane, with the version it reports.
+build_crane() {
+  build_tool crane "$CRANE_VERSION" "$crane_bin" github.com/google/go-containerregistry/cmd/crane \
+    "-X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION"
 }
 
 cmd_build() {
-  local flux=0 kustomize=0
+  local flux=0 kustomize=0 helm=0 crane=0 kubernetes=1
   for arg; do
     case $arg in
       --flux) flux=1 ;;
       --kustomize) kustomize=1 ;;
-      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux] [--kustomize]" ;;
+      --helm) helm=1 ;;
+      --crane) crane=1 ;;
+      --tools-only) kubernetes=0 ;;
+      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux] [--kustomize] [--helm] [--crane] [--tools-only]" ;;
     esac
   done
+  if [ "$kubernetes" = 0 ] && [ "$flux" = 1 ]; then
+    die "--tools-only cannot build Flux" "drop --tools-only, or --flux"
+  fi
   mkdir -p "$cache_root"
   ensure_host_tools
-  build_kubernetes
+  [ "$kubernetes" = 0 ] || build_kubernetes
   [ "$flux" = 0 ] || build_flux
   [ "$kustomize" = 0 ] || build_kustomize
+  [ "$helm" = 0 ] || build_helm
+  [ "$crane" = 0 ] || build_crane
 }
 
 # A loopback port that is free: random below the kernel's ephemeral range (so it cannot be the
@@ -590,6 +635,8 @@ case ${1:-} in
   bin) echo "$bin_dir" ;;
   flux-bin) echo "$flux_dir" ;;
   kustomize-bin) echo "$kustomize_bin" ;;
-  gen-mods) cmd_gen_mods ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  helm-bin) echo "$helm_bin" ;;
+  crane-bin) echo "$crane_bin" ;;
+  gen-mods) shift; cmd_gen_mods "$@" ;;
+  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

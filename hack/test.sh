@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, including the end-to-end tests against a real kube-apiserver:
-# builds (or reuses the cached) control plane and Flux, then `cargo test --workspace`. Each test
+# builds (or reuses the cached) control plane, Flux, kustomize, helm and crane, and the conflux
+# image (hack/image.sh build: the release binary), then `cargo test --workspace`. Each test
 # binary that needs Kubernetes starts its own cluster through hack/cluster.sh and stops it when done.
 # Extra arguments go to `cargo test` (for example `hack/test.sh -p watch-index`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$(date +%s)
-bash hack/cluster.sh build --flux --kustomize
+bash hack/cluster.sh build --flux --kustomize --helm --crane
 # The oracle of conflux plan's kustomize conformance test (crates/operator-bin/tests/kustomize.rs).
 CONFLUX_KUSTOMIZE=$(bash hack/cluster.sh kustomize-bin)
 export CONFLUX_KUSTOMIZE
 echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
 
 if [ $# -eq 0 ]; then
+  # The image that crates/operator-bin/tests/image.rs installs with Helm and runs. The test builds
+  # it too (a no-op when fresh); building it here keeps the release build out of a test's time.
+  bash hack/image.sh build
+  echo "test.sh: image built ($(( $(date +%s) - start ))s)"
   set -- --workspace
 fi
 cargo test "$@" 2>&1

@@ -31,6 +31,12 @@ FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/k
 # v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
 KUSTOMIZE_VERSION=v5.8.2
 
+# Helm (helm.sh/helm/v4, cmd/helm): lints, renders and installs charts/conflux in the tests.
+HELM_VERSION=v4.3.1
+# go-containerregistry's crane (cmd/crane): assembles, unpacks and pushes the conflux image
+# without a container engine (hack/image.sh).
+CRANE_VERSION=v0.22.1
+
 # Upstream CRDs the reload controller's end-to-end tests install (hack/cluster/crds.sh): Argo
 # Rollouts' Rollout, and the secrets-store CSI driver's SecretProviderClass and
 # SecretProviderClassPodStatus. Only the CRD files are used; nothing of either is built or run.

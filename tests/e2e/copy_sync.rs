@@ -11,7 +11,7 @@ mod copy_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use conflux_tests::{cluster, eventually};
+use conflux_tests::{cluster, eventually, label_namespace, unlabel_namespace};
 use copy_support::*;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
@@ -24,25 +24,6 @@ const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 const OWNER: &str = "copy.conflux.dev/config-sync";
 const SOURCE: &str = "copy.conflux.dev/source";
 const ORPHANED: &str = "copy.conflux.dev/orphaned";
-const WAIT: Duration = Duration::from_secs(45);
-
-fn b64(s: &str) -> String {
-    conflux_tests::leak::base64(s.as_bytes())
-}
-
-fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
-        .collect()
-}
-
-fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
-}
 
 /// A copy target: an empty object annotated with `copyFrom`, in the test's shard.
 fn target(kind: &str, name: &str, from: &str, shard: &str) -> serde_json::Value {
@@ -50,12 +31,6 @@ fn target(kind: &str, name: &str, from: &str, shard: &str) -> serde_json::Value 
         "apiVersion": "v1", "kind": kind,
         "metadata": {"name": name, "labels": {SHARD: shard}, "annotations": {COPY_FROM: from}},
     })
-}
-
-async fn setup(test: &str) -> (Client, String) {
-    let client = cluster().client().await;
-    install_crd(&client).await;
-    (client, shard(test))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,10 +778,17 @@ async fn same_name_object_not_ours_is_left_alone_and_reported_unless_adopt() {
         )
         .await
         .expect("switch to Adopt");
-    let adopted = eventually("the object is adopted with Adopt", WAIT, || async {
-        let cm = copy_in(&client, taken, "info").await?;
-        (label(&cm.metadata, OWNER) == Some(name.as_str())).then_some(cm)
-    })
+    // Adopting is an apply and then the cleanup patch: wait for both, not just the label.
+    let adopted = eventually(
+        "the object is adopted with Adopt, without the previous owner's keys",
+        WAIT,
+        || async {
+            let cm = copy_in(&client, taken, "info").await?;
+            (label(&cm.metadata, OWNER) == Some(name.as_str())
+                && cm_data(&cm) == strings(&[("k", "v")]))
+            .then_some(cm)
+        },
+    )
     .await;
     assert_eq!(
         cm_data(&adopted),

@@ -331,6 +331,46 @@ impl Cluster {
     }
 }
 
+/// The path of a tool of the test ground that `hack/cluster.sh build --tools-only --<name>` builds
+/// from its Go module (`helm`, `crane`, `kustomize`), built first if it is not cached yet.
+///
+/// # Panics
+/// When the build fails (a test that needs the tool must fail then, never pass silently).
+pub fn tool(name: &str) -> PathBuf {
+    let script = repo_root().join("hack/cluster.sh");
+    let build = Command::new("bash")
+        .arg(&script)
+        .args(["build", "--tools-only", &format!("--{name}")])
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        build.success(),
+        "`hack/cluster.sh build --tools-only --{name}` failed ({build}); its log is above"
+    );
+    let path = Command::new("bash")
+        .arg(&script)
+        .arg(format!("{name}-bin"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    let path = PathBuf::from(String::from_utf8_lossy(&path.stdout).trim());
+    assert!(path.is_file(), "no {name} at {}", path.display());
+    path
+}
+
+/// A `helm` command (the test ground's, [`tool`]) whose configuration, cache and data live under
+/// target/helm-home, never in the user's home.
+pub fn helm_command() -> Command {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    let home = repo_root().join("target/helm-home");
+    let mut cmd = Command::new(HELM.get_or_init(|| tool("helm")));
+    cmd.env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    cmd
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago (for a listener a test starts).
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -351,6 +391,34 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
     Some((status, body))
+}
+
+/// Sets namespace labels (a merge patch).
+pub async fn label_namespace(client: &Client, ns: &str, labels: &[(&str, &str)]) {
+    let labels: std::collections::BTreeMap<&str, &str> = labels.iter().copied().collect();
+    patch_namespace(
+        client,
+        ns,
+        serde_json::json!({"metadata": {"labels": labels}}),
+    )
+    .await;
+}
+
+/// Removes a namespace label.
+pub async fn unlabel_namespace(client: &Client, ns: &str, key: &str) {
+    let labels = serde_json::json!({"metadata": {"labels": {key: null}}});
+    patch_namespace(client, ns, labels).await;
+}
+
+async fn patch_namespace(client: &Client, ns: &str, patch: serde_json::Value) {
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch namespace {ns}: {e}"));
 }
 
 /// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.

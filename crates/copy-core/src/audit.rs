@@ -1,13 +1,14 @@
 //! Offline audit of a set of objects (a fleet repository, a cluster dump): every copy conflux would
 //! make, whether it is allowed, and the copies as they would be written (docs/design.md 4.1, 4.2).
 //!
-//! - Pull copies (`fluxcd.controlplane.io/copyFrom`): the source is looked up among the objects
-//!   and among the fan-out copies; a cross-namespace copy needs the source's consent
-//!   ([`consent`](crate::consent::check)).
-//! - Fan-out (`ConfigSync`, and kopy-annotated sources in `sync_source_namespaces`): the target
-//!   namespaces are chosen among the `Namespace` objects of the input (with their labels) and the
-//!   namespaces other objects live in (without labels); a same-name object not made by the owner
-//!   is skipped or adopted as its `conflictPolicy` says.
+//! - Pull copies (`fluxcd.controlplane.io/copyFrom`, reflector's `reflects`, replicator's
+//!   `replicate-from`): the source is looked up among the objects and among the fan-out copies; a
+//!   cross-namespace copy needs the source's consent ([`consent`](crate::consent::decide)).
+//! - Fan-out (`ConfigSync`, and sources annotated by kopy, reflector or replicator in
+//!   `sync_source_namespaces`): the target namespaces are chosen among the `Namespace` objects of
+//!   the input (with their labels) and the namespaces other objects live in (without labels); a
+//!   same-name object not made by the owner is skipped or adopted as its `conflictPolicy` says
+//!   (an annotated source adopts the copies kopy, reflector and replicator left behind).
 //!
 //! [`CopyAudit::written`] holds the copies with their content filled in, so the other audits
 //! (watch labels, substitution variables, reload edges) see the cluster as it would be.
@@ -45,18 +46,19 @@ use watch_index::audit::{Finding, Severity, config_key, configs, metadata_map, n
 use watch_index::redact::RedactedJson;
 use watch_index::refs::{ConfigKey, ConfigKind};
 
-use crate::Error;
 use crate::config_sync::{self, ConfigSyncSpec, ConflictPolicy};
-use crate::consent::{self, ALLOWED_NAMESPACES_ANNOTATION, Refusal};
-use crate::copy_from::copy_source;
-use crate::desired::{fan_out_copy, pull_copy};
-use crate::fan_out::{FanOut, NamespaceView};
+use crate::consent::{self, ALLOWED_NAMESPACES_ANNOTATION, Grant, Refusal};
+use crate::copy_from::{self, Pull, PullVia};
+use crate::desired::{fan_out_copy, pulled};
+use crate::fan_out::{FanOut, NamespaceView, Predecessor};
 use crate::source::{ConfigObject, SourceRef};
+use crate::{Error, reflector, replicator};
 
 /// Settings of the audit, as the controllers' flags.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditOptions {
-    /// `--sync-source-namespaces`: where kopy-annotated sources may fan out.
+    /// `--sync-source-namespaces`: where annotated sources (kopy, reflector, replicator) may fan
+    /// out.
     pub sync_source_namespaces: Vec<String>,
     /// `--copy-resourceset-targets`: also judge the copies of targets a Flux Operator
     /// ResourceSet generates. Off (the default): Flux Operator copies those under its own RBAC,
@@ -70,18 +72,40 @@ pub struct AuditOptions {
 pub enum Via {
     /// The target's `fluxcd.controlplane.io/copyFrom` annotation.
     CopyFrom,
+    /// The target's reflector `reflects` annotation.
+    Reflects,
+    /// The target's replicator `replicate-from` annotation.
+    ReplicateFrom,
     /// A `ConfigSync`, by name.
     ConfigSync(String),
     /// A kopy-annotated source.
     Kopy,
+    /// A source asking reflector for automatic mirrors.
+    Reflector,
+    /// A source asking replicator to push it (`replicate-to`, `replicate-to-matching`).
+    Replicator,
+}
+
+impl Via {
+    fn of_pull(via: PullVia) -> Self {
+        match via {
+            PullVia::Reflects => Via::Reflects,
+            PullVia::ReplicateFrom => Via::ReplicateFrom,
+            _ => Via::CopyFrom,
+        }
+    }
 }
 
 impl fmt::Display for Via {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Via::CopyFrom => f.write_str("copyFrom"),
+            Via::Reflects => f.write_str("reflects"),
+            Via::ReplicateFrom => f.write_str("replicate-from"),
             Via::ConfigSync(name) => write!(f, "ConfigSync/{name}"),
             Via::Kopy => f.write_str("kopy"),
+            Via::Reflector => f.write_str("reflector"),
+            Via::Replicator => f.write_str("replicator"),
         }
     }
 }
@@ -143,9 +167,10 @@ pub struct CopyEdge {
 pub struct CopyAudit {
     /// Every copy, sorted by target then source.
     pub copies: Vec<CopyEdge>,
-    /// Problems, by stable code: `InvalidCopyFrom`, `CopySourceMissing`, `CopyRefused`,
-    /// `SecretTypeConflict`, `InvalidConfigSync`, `InvalidSelector`, `UntrustedSyncSource`
-    /// (errors); `CopyConflict`, `ConfigSyncNoTargets` (warnings).
+    /// Problems, by stable code: `InvalidCopyFrom`, `InvalidReference`, `ConflictingSources`,
+    /// `SelfReference`, `CopySourceMissing`, `CopyRefused`, `SecretTypeConflict`,
+    /// `InvalidConfigSync`, `InvalidSelector`, `InvalidPattern`, `InvalidAnnotation`,
+    /// `UntrustedSyncSource` (errors); `CopyConflict`, `ConfigSyncNoTargets` (warnings).
     pub findings: Vec<Finding>,
     /// The copies that are written, as `v1` objects with their content: pull-copy targets with
     /// their own metadata and the source's data, fan-out copies as the sync writes them. Append
@@ -202,6 +227,7 @@ pub fn audit(objects: &[Value], options: &AuditOptions) -> CopyAudit {
             object,
             options,
             &sources,
+            &namespaces,
             &mut report.copies,
             &mut report.findings,
             &mut pulled,
@@ -254,7 +280,8 @@ fn group_of(object: &Value) -> &str {
     api_version.rsplit_once('/').map_or("", |(g, _)| g)
 }
 
-/// The fan-out an object declares: a ConfigSync, or a kopy-annotated source.
+/// The fan-out an object declares: a ConfigSync, or a source annotated by kopy, reflector or
+/// replicator.
 fn fan_out_of(
     object: &Value,
     options: &AuditOptions,
@@ -293,8 +320,9 @@ fn fan_out_of(
     let key = config_key(object)?;
     let source = SourceRef::new(key.kind, key.namespace.as_ref(), key.name.as_ref());
     let annotations = metadata_map(object, "annotations");
+    let labels = metadata_map(object, "labels");
     let trusted = options.sync_source_namespaces.iter().map(String::as_str);
-    match FanOut::from_kopy(&source, annotations.as_ref(), trusted) {
+    match FanOut::from_annotations(&source, labels.as_ref(), annotations.as_ref(), trusted) {
         Ok(fan_out) => fan_out,
         Err(err) => {
             findings.push(error_finding(&err, name_of(object)));
@@ -320,8 +348,10 @@ fn fan_out_copies(
     namespaces: &[NamespaceView<'_>],
     report: &mut CopyAudit,
 ) {
-    let via = match fan_out.owner {
-        crate::Owner::ConfigSync { ref name } => Via::ConfigSync(name.clone()),
+    let via = match (&fan_out.owner, fan_out.predecessors.first()) {
+        (crate::Owner::ConfigSync { name }, _) => Via::ConfigSync(name.clone()),
+        (_, Some(Predecessor::Reflector)) => Via::Reflector,
+        (_, Some(Predecessor::Replicator)) => Via::Replicator,
         _ => Via::Kopy,
     };
     let source = input
@@ -361,9 +391,12 @@ fn fan_out_copies(
         let existing = input.get(&target.config_key());
         let foreign =
             existing.is_some_and(|e| !fan_out.owner.owns(metadata_map(e, "labels").as_ref()));
+        let inherited = existing
+            .and_then(|e| config_object(e))
+            .is_some_and(|e| fan_out.inherits(&e));
         let verdict = if !source_found {
             Verdict::SourceMissing
-        } else if foreign && fan_out.conflict_policy == ConflictPolicy::Skip {
+        } else if foreign && !inherited && fan_out.conflict_policy == ConflictPolicy::Skip {
             report.findings.push(Finding::new(
                 Severity::Warning,
                 "CopyConflict",
@@ -373,9 +406,14 @@ fn fan_out_copies(
             Verdict::Conflict
         } else {
             let why = match &via {
-                Via::Kopy => "kopy source in a --sync-source-namespaces namespace",
-                _ if foreign => "ConfigSync, adopting the existing object (conflictPolicy Adopt)",
-                _ => "ConfigSync (cluster-scoped: no consent needed)",
+                _ if inherited => {
+                    "annotated source in a --sync-source-namespaces namespace, adopting the copy its previous tool made"
+                }
+                Via::ConfigSync(_) if foreign => {
+                    "ConfigSync, adopting the existing object (conflictPolicy Adopt)"
+                }
+                Via::ConfigSync(_) => "ConfigSync (cluster-scoped: no consent needed)",
+                _ => "annotated source in a --sync-source-namespaces namespace",
             };
             if let Some(source) = &source {
                 report
@@ -397,6 +435,7 @@ fn pull(
     object: &Value,
     options: &AuditOptions,
     sources: &BTreeMap<ConfigKey, &Value>,
+    namespaces: &BTreeMap<String, Option<BTreeMap<String, String>>>,
     copies: &mut Vec<CopyEdge>,
     findings: &mut Vec<Finding>,
     written: &mut Vec<Value>,
@@ -408,8 +447,15 @@ fn pull(
             .unwrap_or_default()
     };
     let annotations = metadata_map(object, "annotations");
-    let source = match copy_source(text("/apiVersion"), text("/kind"), annotations.as_ref()) {
-        Ok(Some(source)) => source,
+    let wanted = copy_from::pull(
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        annotations.as_ref(),
+    );
+    let Pull { source, via } = match wanted {
+        Ok(Some(wanted)) => wanted,
         Ok(None) => return,
         Err(err) => {
             findings.push(error_finding(&err, name_of(object)));
@@ -434,40 +480,50 @@ fn pull(
             let consent_list = metadata_map(found, "annotations");
             let labels = metadata_map(object, "labels");
             let flux_operator = crate::ownership::resource_set_of(labels.as_ref())
-                .filter(|_| !options.resource_set_targets);
+                .filter(|_| !options.resource_set_targets && via == PullVia::CopyFrom);
+            let namespace_labels = namespaces.get(&target.namespace).and_then(Option::as_ref);
+            let mut view = NamespaceView::new(&target.namespace);
+            if let Some(labels) = namespace_labels {
+                view = view.labels(labels);
+            }
             let consent = match &flux_operator {
-                Some(_) => Ok(()),
-                None => consent::check(&source, consent_list.as_ref(), &target.namespace),
+                Some(_) => Ok(Grant::SameNamespace),
+                None => consent::decide(&source, consent_list.as_ref(), view, via),
             };
             match consent {
-                Err(refusal) => {
+                Err(Error::Refused(refusal)) => {
                     findings.push(Finding::new(
                         Severity::Error,
                         "CopyRefused",
                         target.to_string(),
                         format!(
-                            "{refusal}; add '{}' to the source's {ALLOWED_NAMESPACES_ANNOTATION} annotation to allow it",
-                            target.namespace
+                            "{refusal}; add '{}' to the source's {} annotation to allow it",
+                            target.namespace,
+                            consent_hint(via)
                         ),
                     ));
                     Verdict::Refused(refusal)
                 }
-                Ok(()) => {
+                Err(err) => {
+                    findings.push(error_finding(&err, target.to_string()));
+                    Verdict::Failed(err.to_string())
+                }
+                Ok(grant) => {
                     let why = if let Some(resource_set) = &flux_operator {
                         format!(
                             "Flux Operator's: ResourceSet {resource_set} copies it with its own RBAC (conflux leaves it alone unless --copy-resourceset-targets)"
                         )
-                    } else if source.namespace == target.namespace {
-                        "same namespace".to_owned()
-                    } else {
+                    } else if let Grant::Annotation(annotation) = grant {
                         let list = consent_list
                             .as_ref()
-                            .and_then(|a| a.get(ALLOWED_NAMESPACES_ANNOTATION))
+                            .and_then(|a| a.get(annotation))
                             .map(String::as_str)
                             .unwrap_or_default();
-                        format!("{ALLOWED_NAMESPACES_ANNOTATION}: {list}")
+                        format!("{annotation}: {list}")
+                    } else {
+                        grant.to_string()
                     };
-                    match fill(found, object) {
+                    match fill(found, object, via) {
                         Ok(Some(copy)) => {
                             written.push(copy);
                             Verdict::Allowed(why)
@@ -486,17 +542,26 @@ fn pull(
     copies.push(CopyEdge {
         source,
         target,
-        via: Via::CopyFrom,
+        via: Via::of_pull(via),
         verdict,
     });
 }
 
+/// The annotation to add a namespace to, for a copy asked through `via`.
+fn consent_hint(via: PullVia) -> &'static str {
+    match via {
+        PullVia::Reflects => reflector::ALLOWED_NAMESPACES,
+        PullVia::ReplicateFrom => replicator::REPLICATION_ALLOWED_NAMESPACES,
+        _ => ALLOWED_NAMESPACES_ANNOTATION,
+    }
+}
+
 /// The pull copy as written: the target's metadata, the source's content (copy-core's rules).
-fn fill(source: &Value, target: &Value) -> crate::Result<Option<Value>> {
+fn fill(source: &Value, target: &Value, via: PullVia) -> crate::Result<Option<Value>> {
     let (Some(source), Some(target_object)) = (config_object(source), config_object(target)) else {
         return Ok(None);
     };
-    let mut copy = pull_copy(&source, &target_object)?.object;
+    let mut copy = pulled(&source, &target_object, via)?;
     let meta = copy.metadata_mut();
     meta.labels = metadata_map(target, "labels");
     meta.annotations = metadata_map(target, "annotations");
@@ -832,5 +897,146 @@ mod tests {
             codes(&report),
             [("SecretTypeConflict", "Secret/a2/s".to_owned())]
         );
+    }
+
+    /// reflector's and replicator's annotations in `conflux plan`: their pull copies with their
+    /// consent, their fan-outs from trusted namespaces, and the copies they left behind adopted.
+    #[test]
+    fn reflector_and_replicator_annotations() {
+        let ns = |name: &str, labels: Value| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}});
+        let objects = [
+            ns("namespace-1", json!({})),
+            ns("shop", json!({"env": "production"})),
+            ns("dev", json!({})),
+            cm(
+                "default",
+                "source-config-map",
+                json!({
+                    crate::reflector::ALLOWED: "true",
+                    crate::reflector::ALLOWED_NAMESPACES: "namespace-1,namespace-2,namespace-[0-9]*",
+                    crate::reflector::ALLOWED_NAMESPACES_SELECTOR: "env=production",
+                }),
+                json!({"k": "v"}),
+            ),
+            cm(
+                "shop",
+                "mirror",
+                json!({crate::reflector::REFLECTS: "default/source-config-map"}),
+                json!({}),
+            ),
+            cm(
+                "dev",
+                "mirror",
+                json!({crate::reflector::REFLECTS: "default/source-config-map"}),
+                json!({}),
+            ),
+            cm(
+                "dev",
+                "replica",
+                json!({crate::replicator::REPLICATE_FROM: "default/source-config-map"}),
+                json!({"own": "o"}),
+            ),
+            cm(
+                "platform",
+                "pushed",
+                json!({crate::replicator::REPLICATE_TO: "namespace-.*,dev"}),
+                json!({"p": "1"}),
+            ),
+            // replicator's copy from before the switch.
+            cm(
+                "dev",
+                "pushed",
+                json!({crate::replicator::REPLICATED_KEYS: "p"}),
+                json!({"p": "0"}),
+            ),
+        ];
+        let options = AuditOptions {
+            sync_source_namespaces: vec!["platform".to_owned()],
+            ..AuditOptions::default()
+        };
+        let report = audit(&objects, &options);
+        assert_eq!(
+            edges(&report),
+            [
+                e(
+                    "ConfigMap/dev/mirror",
+                    "ConfigMap/default/source-config-map",
+                    "reflects",
+                    "refused"
+                ),
+                e(
+                    "ConfigMap/dev/pushed",
+                    "ConfigMap/platform/pushed",
+                    "replicator",
+                    "allowed"
+                ),
+                e(
+                    "ConfigMap/dev/replica",
+                    "ConfigMap/default/source-config-map",
+                    "replicate-from",
+                    "refused"
+                ),
+                e(
+                    "ConfigMap/namespace-1/pushed",
+                    "ConfigMap/platform/pushed",
+                    "replicator",
+                    "allowed"
+                ),
+                e(
+                    "ConfigMap/shop/mirror",
+                    "ConfigMap/default/source-config-map",
+                    "reflects",
+                    "allowed"
+                ),
+            ]
+        );
+        let replica_refusal = report
+            .findings
+            .iter()
+            .find(|f| f.object == "ConfigMap/dev/replica")
+            .unwrap();
+        assert!(
+            replica_refusal
+                .message
+                .contains(crate::replicator::REPLICATION_ALLOWED_NAMESPACES),
+            "{}",
+            replica_refusal.message
+        );
+        let adopted = report
+            .copies
+            .iter()
+            .find(|c| c.target.to_string() == "ConfigMap/dev/pushed")
+            .unwrap();
+        assert!(
+            adopted.verdict.detail().contains("adopting"),
+            "{:?}",
+            adopted.verdict
+        );
+        let shop = report
+            .written
+            .iter()
+            .find(|w| w["metadata"]["namespace"] == "shop")
+            .unwrap();
+        assert_eq!(shop["data"], json!({"k": "v"}));
+
+        // Untrusted: the replicator source is refused, nothing is pushed.
+        let report = audit(&objects, &AuditOptions::default());
+        assert!(codes(&report).contains(&(
+            "UntrustedSyncSource",
+            "ConfigMap/platform/pushed".to_owned()
+        )));
+        // A replica merges: consent given, the replica keeps its own key.
+        let mut objects = objects.to_vec();
+        objects[3]["metadata"]["annotations"][crate::replicator::REPLICATION_ALLOWED] =
+            json!("true");
+        objects[3]["metadata"]["annotations"][crate::replicator::REPLICATION_ALLOWED_NAMESPACES] =
+            json!("dev");
+        let report = audit(&objects, &options);
+        let replica = report
+            .written
+            .iter()
+            .find(|w| w["metadata"]["name"] == "replica")
+            .unwrap();
+        assert_eq!(replica["data"], json!({"k": "v", "own": "o"}));
     }
 }

@@ -16,7 +16,7 @@
 //! - No label or annotation of the source is copied (its `reconcile.fluxcd.io/watch` label in
 //!   particular).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -24,8 +24,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
 use watch_index::redact::RedactedJson;
 
+use crate::copy_from::PullVia;
 use crate::fan_out::FanOut;
-use crate::ownership::{SOURCE_ANNOTATION, TEMPLATE_HASH_ANNOTATION, source_annotation};
+use crate::ownership::{
+    COPIED_KEYS_ANNOTATION, OWNERSHIP_LABELS, SOURCE_ANNOTATION, TEMPLATE_HASH_ANNOTATION,
+    source_annotation,
+};
+use crate::replicator;
 use crate::source::{ConfigObject, SECRET_TYPE_OPAQUE, effective_secret_type, hex};
 use crate::{Error, Result};
 
@@ -127,9 +132,25 @@ pub fn check_copyable(source: &ConfigObject) -> Result<()> {
 /// [`WriteMode::Recreate`] the object is the whole target (its labels, annotations and
 /// `immutable`) with the source's content, so that nothing but the content changes.
 pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<DesiredCopy> {
+    pull_copy_as(source, target, PullVia::CopyFrom)
+}
+
+/// [`pull_copy`] for a target asking through `via`.
+///
+/// copyFrom and reflector's `reflects` replace the target's data with the source's. replicator's
+/// `replicate-from` merges it: keys the target has of its own stay, keys copied earlier and since
+/// removed at the source go. Which keys were copied earlier is read from
+/// [`COPIED_KEYS_ANNOTATION`], which conflux sets on such targets (the applied object carries it),
+/// and from replicator's own `replicated-keys`, so a key removed while switching from replicator
+/// goes too.
+pub fn pull_copy_as(
+    source: &ConfigObject,
+    target: &ConfigObject,
+    via: PullVia,
+) -> Result<DesiredCopy> {
     check_copyable(source)?;
     let mut recreate = false;
-    let object = match (source, target) {
+    let mut object = match (source, target) {
         (ConfigObject::ConfigMap(src), ConfigObject::ConfigMap(_)) => {
             ConfigObject::ConfigMap(config_map_content(src, identity(target.metadata())))
         }
@@ -164,13 +185,41 @@ pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<Desired
             });
         }
     };
-    let changed = !object.same_content(target);
+    // What the target holds once written, and the merge patch removing what must go.
+    let (expected, cleanup, annotation) = if via.merges() {
+        let stale = stale_keys(source, target);
+        let copied = copied_keys(source);
+        let expected = merged(&object, target, &stale);
+        let cleanup = removal_patch(target, &object, &stale);
+        object.metadata_mut().annotations = Some(BTreeMap::from([(
+            COPIED_KEYS_ANNOTATION.to_owned(),
+            copied.clone(),
+        )]));
+        (expected, cleanup, Some(copied))
+    } else {
+        let cleanup = stray_keys_patch(&object, target);
+        (object.clone(), cleanup, None)
+    };
+    let recorded = target
+        .metadata()
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(COPIED_KEYS_ANNOTATION));
+    let changed =
+        !expected.same_content(target) || annotation.as_ref().is_some_and(|a| recorded != Some(a));
     recreate |= changed && target.is_immutable();
     if recreate {
-        let mut whole = object;
+        let mut whole = expected;
         let meta = whole.metadata_mut();
+        meta.name = target.metadata().name.clone();
+        meta.namespace = target.metadata().namespace.clone();
         meta.labels = target.metadata().labels.clone();
         meta.annotations = target.metadata().annotations.clone();
+        if let Some(copied) = annotation {
+            meta.annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(COPIED_KEYS_ANNOTATION.to_owned(), copied);
+        }
         set_immutable(&mut whole, target.is_immutable());
         return Ok(DesiredCopy {
             object: whole,
@@ -185,12 +234,132 @@ pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<Desired
             cleanup: None,
         });
     }
-    let cleanup = stray_keys_patch(&object, target);
     Ok(DesiredCopy {
         object,
         mode: WriteMode::Apply,
         cleanup,
     })
+}
+
+/// What `target` holds once the pull copy through `via` is written: its metadata and the content
+/// [`pull_copy_as`] gives it (the source's, merged with the target's own keys for
+/// replicate-from). For audits, which show the cluster as it would be.
+pub fn pulled(source: &ConfigObject, target: &ConfigObject, via: PullVia) -> Result<ConfigObject> {
+    let desired = pull_copy_as(source, target, via)?;
+    let mut content = match desired.mode {
+        WriteMode::Recreate => return Ok(desired.object),
+        WriteMode::Unchanged => target.clone(),
+        _ if via.merges() => merged(&desired.object, target, &stale_keys(source, target)),
+        _ => desired.object,
+    };
+    *content.metadata_mut() = target.metadata().clone();
+    Ok(content)
+}
+
+/// The [`COPIED_KEYS_ANNOTATION`] value for a copy of `source`: its keys, sorted, comma-separated
+/// (keys cannot contain commas).
+fn copied_keys(source: &ConfigObject) -> String {
+    let keys: BTreeSet<&str> = source.keys().collect();
+    keys.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// Keys copied into `target` earlier (by conflux or by replicator) that `source` no longer has.
+fn stale_keys(source: &ConfigObject, target: &ConfigObject) -> BTreeSet<String> {
+    let annotations = target.metadata().annotations.as_ref();
+    let mut previous = replicator::replicated_keys(annotations);
+    if let Some(list) = annotations.and_then(|a| a.get(COPIED_KEYS_ANNOTATION)) {
+        previous.extend(list.split(',').filter(|k| !k.is_empty()).map(str::to_owned));
+    }
+    let current: BTreeSet<&str> = source.keys().collect();
+    previous.retain(|k| !current.contains(k.as_str()));
+    previous
+}
+
+/// `target`'s content with the `stale` keys removed and `copy`'s content laid over it (a key that
+/// moves between ConfigMap `data` and `binaryData` leaves the other map).
+fn merged(copy: &ConfigObject, target: &ConfigObject, stale: &BTreeSet<String>) -> ConfigObject {
+    fn overlay<V: Clone>(
+        own: &Option<BTreeMap<String, V>>,
+        drop: impl Fn(&str) -> bool,
+        copied: &Option<BTreeMap<String, V>>,
+    ) -> Option<BTreeMap<String, V>> {
+        let mut out: BTreeMap<String, V> = own
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !drop(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        out.extend(copied.iter().flatten().map(|(k, v)| (k.clone(), v.clone())));
+        Some(out)
+    }
+    let mut out = copy.clone();
+    match (&mut out, target) {
+        (ConfigObject::ConfigMap(c), ConfigObject::ConfigMap(t)) => {
+            let in_binary = |k: &str| c.binary_data.as_ref().is_some_and(|b| b.contains_key(k));
+            let in_data = |k: &str| c.data.as_ref().is_some_and(|d| d.contains_key(k));
+            let data = overlay(&t.data, |k| stale.contains(k) || in_binary(k), &c.data);
+            let binary = overlay(
+                &t.binary_data,
+                |k| stale.contains(k) || in_data(k),
+                &c.binary_data,
+            );
+            c.data = data;
+            c.binary_data = binary.filter(|b| !b.is_empty());
+        }
+        (ConfigObject::Secret(c), ConfigObject::Secret(t)) => {
+            c.data = overlay(&t.data, |k| stale.contains(k), &c.data);
+        }
+        _ => {}
+    }
+    out
+}
+
+/// A JSON merge patch removing from `target` the `stale` keys and the keys `copy` puts in the other
+/// ConfigMap map, or `None` when it has none of them.
+fn removal_patch(
+    target: &ConfigObject,
+    copy: &ConfigObject,
+    stale: &BTreeSet<String>,
+) -> Option<serde_json::Value> {
+    fn nulls<V, W>(
+        own: &Option<BTreeMap<String, V>>,
+        other: &Option<BTreeMap<String, W>>,
+        stale: &BTreeSet<String>,
+    ) -> serde_json::Map<String, serde_json::Value> {
+        own.iter()
+            .flatten()
+            .filter(|(k, _)| {
+                stale.contains(*k) || other.as_ref().is_some_and(|o| o.contains_key(*k))
+            })
+            .map(|(k, _)| (k.clone(), serde_json::Value::Null))
+            .collect()
+    }
+    let none: Option<BTreeMap<String, String>> = None;
+    let (data, binary_data) = match (target, copy) {
+        (ConfigObject::ConfigMap(t), ConfigObject::ConfigMap(c)) => (
+            nulls(&t.data, &c.binary_data, stale),
+            nulls(&t.binary_data, &c.data, stale),
+        ),
+        (ConfigObject::Secret(t), _) => (nulls(&t.data, &none, stale), serde_json::Map::new()),
+        _ => return None,
+    };
+    key_removal(data, binary_data)
+}
+
+/// The merge patch `{"data": {..}, "binaryData": {..}}` of the keys to null, without an empty
+/// part; `None` when there is nothing to remove.
+fn key_removal(
+    data: serde_json::Map<String, serde_json::Value>,
+    binary_data: serde_json::Map<String, serde_json::Value>,
+) -> Option<serde_json::Value> {
+    let mut patch = serde_json::Map::new();
+    if !data.is_empty() {
+        patch.insert("data".to_owned(), data.into());
+    }
+    if !binary_data.is_empty() {
+        patch.insert("binaryData".to_owned(), binary_data.into());
+    }
+    (!patch.is_empty()).then(|| patch.into())
 }
 
 /// The copy of `source` that `fan_out` wants in `namespace`: the source's content, the fan-out's
@@ -199,6 +368,9 @@ pub fn pull_copy(source: &ConfigObject, target: &ConfigObject) -> Result<Desired
 /// re-creation decided by the [plan](crate::steps).
 pub fn fan_out_copy(source: &ConfigObject, fan_out: &FanOut, namespace: &str) -> ConfigObject {
     let mut labels = fan_out.labels.clone();
+    // No other owner's labels (a replicator source that is itself a copy would pass its own on):
+    // two owners of one copy would take turns pruning and re-creating it.
+    labels.retain(|key, _| !OWNERSHIP_LABELS.contains(&key.as_str()));
     // Ownership labels last: a template label cannot disown the copy.
     labels.extend(fan_out.owner.labels());
     let mut annotations = fan_out.annotations.clone();
@@ -271,14 +443,7 @@ pub fn stray_keys_patch(
         }
         _ => return None,
     };
-    let mut patch = serde_json::Map::new();
-    if !data.is_empty() {
-        patch.insert("data".to_owned(), data.into());
-    }
-    if !binary_data.is_empty() {
-        patch.insert("binaryData".to_owned(), binary_data.into());
-    }
-    (!patch.is_empty()).then(|| patch.into())
+    key_removal(data, binary_data)
 }
 
 /// Name and namespace only: the identity of the object being applied.
@@ -644,5 +809,153 @@ mod tests {
         assert_ne!(template_hash(&a), template_hash(&b));
         assert_eq!(template_hash(&a), template_hash(&a2));
         assert_eq!(template_hash(&a).len(), 16);
+    }
+
+    /// What the API server ends up with after `desired` is written over `target`: the applied keys
+    /// over what is there, the cleanup's keys removed, conflux's annotations set (a sketch of
+    /// server-side apply, enough for the keys and annotations pulled copies touch).
+    fn written(target: &ConfigObject, desired: &DesiredCopy) -> ConfigObject {
+        if desired.mode == WriteMode::Recreate {
+            return desired.object.clone();
+        }
+        let mut out = target.clone();
+        if desired.mode == WriteMode::Unchanged {
+            return out;
+        }
+        let nulled = |field: &str, k: &str| {
+            desired
+                .cleanup
+                .as_ref()
+                .is_some_and(|c| c[field].get(k).is_some())
+        };
+        if let Some(annotations) = &desired.object.metadata().annotations {
+            out.metadata_mut()
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(annotations.clone());
+        }
+        match (&mut out, &desired.object) {
+            (ConfigObject::Secret(o), ConfigObject::Secret(a)) => {
+                let data = o.data.get_or_insert_with(BTreeMap::new);
+                data.retain(|k, _| !nulled("data", k));
+                data.extend(a.data.clone().unwrap_or_default());
+                o.type_ = a.type_.clone();
+            }
+            (ConfigObject::ConfigMap(o), ConfigObject::ConfigMap(a)) => {
+                let data = o.data.get_or_insert_with(BTreeMap::new);
+                data.retain(|k, _| !nulled("data", k));
+                data.extend(a.data.clone().unwrap_or_default());
+                let binary = o.binary_data.get_or_insert_with(BTreeMap::new);
+                binary.retain(|k, _| !nulled("binaryData", k));
+                binary.extend(a.binary_data.clone().unwrap_or_default());
+            }
+            _ => panic!("kinds differ"),
+        }
+        out
+    }
+
+    fn keys(object: &ConfigObject) -> Vec<String> {
+        let mut keys: Vec<String> = object.keys().map(str::to_owned).collect();
+        keys.sort();
+        keys
+    }
+
+    /// replicate-from merges: the target's own keys stay, keys copied earlier and removed at the
+    /// source go, and once written a second pull writes nothing (no reconcile loop).
+    #[test]
+    fn replicate_from_merges_and_settles() {
+        let via = PullVia::ReplicateFrom;
+        let mut target = target_secret(Some("Opaque"), &[("own", "mine")]);
+        for (source_keys, want) in [
+            (&[("a", "1"), ("b", "2")][..], &["a", "b", "own"][..]),
+            (&[("a", "1")][..], &["a", "own"][..]),
+            (&[("a", "10"), ("c", "3")][..], &["a", "c", "own"][..]),
+            (&[][..], &["own"][..]),
+        ] {
+            let source = secret("src", None, source_keys);
+            let desired = pull_copy_as(&source, &target, via).unwrap();
+            target = written(&target, &desired);
+            assert_eq!(keys(&target), want, "after copying {source_keys:?}");
+            let again = pull_copy_as(&source, &target, via).unwrap();
+            assert_eq!(
+                again.mode,
+                WriteMode::Unchanged,
+                "settled after {source_keys:?}"
+            );
+            assert_eq!(pulled(&source, &target, via).unwrap(), target);
+        }
+        let ConfigObject::Secret(s) = &target else {
+            panic!("kind")
+        };
+        assert_eq!(
+            s.data.as_ref().unwrap()["own"].0,
+            b"mine",
+            "the target's own key is untouched"
+        );
+    }
+
+    /// Switching from replicator: the keys it recorded as copied (`replicated-keys`) and the
+    /// source no longer has go too; the applied object carries only the source's keys and
+    /// conflux's record of them.
+    #[test]
+    fn replicate_from_honours_replicators_record() {
+        let source = secret("src", None, &[("a", "1")]);
+        let mut target = target_secret(Some("Opaque"), &[("a", "0"), ("gone", "x"), ("own", "y")]);
+        target
+            .metadata_mut()
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(replicator::REPLICATED_KEYS.to_owned(), "a,gone".to_owned());
+        let desired = pull_copy_as(&source, &target, PullVia::ReplicateFrom).unwrap();
+        assert_eq!(desired.mode, WriteMode::Apply);
+        assert_eq!(
+            desired.cleanup,
+            Some(serde_json::json!({"data": {"gone": null}}))
+        );
+        let applied = desired.object.metadata();
+        assert_eq!(
+            applied.annotations.as_ref().unwrap()[COPIED_KEYS_ANNOTATION],
+            "a"
+        );
+        assert_eq!(applied.labels, None);
+        assert_eq!(keys(&written(&target, &desired)), ["a", "own"]);
+        // copyFrom and reflects replace instead.
+        for via in [PullVia::CopyFrom, PullVia::Reflects] {
+            let desired = pull_copy_as(&source, &target, via).unwrap();
+            assert_eq!(keys(&written(&target, &desired)), ["a"], "{via:?}");
+        }
+    }
+
+    /// A merged ConfigMap key that moves between `data` and `binaryData` leaves the other map,
+    /// and an immutable replica is re-created with the merged content.
+    #[test]
+    fn replicate_from_config_map_moves_and_immutable() {
+        let via = PullVia::ReplicateFrom;
+        let source = config_map("src", &[("k", "text")], None);
+        let target = config_map("app", &[("own", "o")], Some(&[("k", &[1])]));
+        let desired = pull_copy_as(&source, &target, via).unwrap();
+        assert_eq!(
+            desired.cleanup,
+            Some(serde_json::json!({"binaryData": {"k": null}}))
+        );
+        let after = written(&target, &desired);
+        let ConfigObject::ConfigMap(cm) = &after else {
+            panic!("kind")
+        };
+        assert_eq!(cm.data.as_ref().unwrap()["k"], "text");
+        assert!(cm.binary_data.as_ref().is_none_or(|b| b.is_empty()));
+        let mut frozen = target_secret(Some("Opaque"), &[("own", "o"), ("a", "old")]);
+        if let ConfigObject::Secret(s) = &mut frozen {
+            s.immutable = Some(true);
+        }
+        let desired = pull_copy_as(&secret("src", None, &[("a", "new")]), &frozen, via).unwrap();
+        assert_eq!(desired.mode, WriteMode::Recreate);
+        assert_eq!(keys(&desired.object), ["a", "own"]);
+        assert!(desired.object.is_immutable());
+        assert_eq!(
+            desired.object.metadata().annotations.as_ref().unwrap()[COPIED_KEYS_ANNOTATION],
+            "a"
+        );
+        assert_eq!(desired.object.name(), "tok");
     }
 }

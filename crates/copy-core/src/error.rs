@@ -19,13 +19,58 @@ pub enum Error {
         value: String,
     },
 
-    /// A `copyFrom` annotation that names the object carrying it.
-    #[error(
-        "{source_ref}: fluxcd.controlplane.io/copyFrom names the object itself; nothing to copy"
-    )]
+    /// A pull annotation (`copyFrom`, reflector's `reflects`, replicator's `replicate-from`) that
+    /// names the object carrying it.
+    #[error("{source_ref}: {annotation} names the object itself; nothing to copy")]
     CopyOfItself {
         /// The object (also the source it names).
         source_ref: SourceRef,
+        /// The annotation.
+        annotation: &'static str,
+    },
+
+    /// reflector's `reflects` or replicator's `replicate-from` whose value is not
+    /// `namespace/name` (valid names). The object is left as it is.
+    #[error("{object}: annotation {annotation} is '{value}', which is not 'namespace/name'")]
+    InvalidReference {
+        /// The object carrying the annotation.
+        object: SourceRef,
+        /// The annotation.
+        annotation: &'static str,
+        /// Its value (at most 64 characters of it).
+        value: String,
+    },
+
+    /// An object with more than one pull annotation naming different sources: which one it should
+    /// copy is not ours to guess, so it is left as it is. Boxed to keep `Result`s small.
+    #[error("{0}")]
+    ConflictingSources(Box<ConflictingSources>),
+
+    /// A reflector or replicator namespace list with an entry that is not a regular expression
+    /// (see [`patterns`](crate::patterns)). The whole list is refused: nothing is copied or pruned
+    /// because of it.
+    #[error("{object}: annotation {annotation}: {problem}")]
+    InvalidPattern {
+        /// The object carrying the annotation.
+        object: SourceRef,
+        /// The annotation.
+        annotation: &'static str,
+        /// The entry and the parser's message.
+        problem: Box<crate::patterns::PatternError>,
+    },
+
+    /// A reflector or replicator boolean annotation whose value is not a boolean as that tool reads
+    /// it. The annotation is ignored and nothing changes because of it.
+    #[error("{object}: annotation {annotation} is '{value}', expected {expected}")]
+    InvalidAnnotation {
+        /// The object carrying the annotation.
+        object: SourceRef,
+        /// The annotation.
+        annotation: &'static str,
+        /// Its value (at most 64 characters of it).
+        value: String,
+        /// What the tool accepts.
+        expected: &'static str,
     },
 
     /// A Secret of a type that cannot be copied: a `kubernetes.io/service-account-token` is
@@ -70,14 +115,15 @@ pub enum Error {
     #[error(transparent)]
     Refused(#[from] Refusal),
 
-    /// A kopy sync annotation on a source outside the namespaces the operator trusts.
+    /// A fan-out annotation (kopy's sync, reflector's auto-enabled, replicator's replicate-to or
+    /// replicate-to-matching) on a source outside the namespaces the operator trusts.
     #[error(
         "{source_ref} carries {annotation} but its namespace is not a trusted sync source namespace (--sync-source-namespaces); the annotation is ignored"
     )]
     UntrustedSyncSource {
         /// The annotated source.
         source_ref: SourceRef,
-        /// Which annotation (`kopy.kot-labs.com/sync` or `flynshue.io/sync`).
+        /// Which annotation.
         annotation: &'static str,
     },
 
@@ -132,6 +178,24 @@ pub enum Error {
     AdmissionPolicyUnsupported,
 }
 
+/// The details of [`Error::ConflictingSources`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{object}: annotations {first} ({first_source}) and {second} ({second_source}) name different sources; nothing is copied until one is removed"
+)]
+pub struct ConflictingSources {
+    /// The object.
+    pub object: SourceRef,
+    /// The first annotation (in the order copyFrom, reflects, replicate-from).
+    pub first: &'static str,
+    /// The source it names.
+    pub first_source: SourceRef,
+    /// The other annotation.
+    pub second: &'static str,
+    /// The source it names.
+    pub second_source: SourceRef,
+}
+
 /// The details of [`Error::SecretTypeConflict`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -157,6 +221,10 @@ impl Error {
         match self {
             Error::InvalidCopyFrom { .. } => "InvalidCopyFrom",
             Error::CopyOfItself { .. } => "SelfReference",
+            Error::InvalidReference { .. } => "InvalidReference",
+            Error::ConflictingSources(_) => "ConflictingSources",
+            Error::InvalidPattern { .. } => "InvalidPattern",
+            Error::InvalidAnnotation { .. } => "InvalidAnnotation",
             Error::UnsupportedSecretType { .. } => "UnsupportedSecretType",
             Error::SourceUnavailable { .. } => "SourceNotFound",
             Error::SecretTypeConflict(_) => "SecretTypeConflict",
@@ -185,6 +253,10 @@ impl Error {
             self,
             Error::InvalidCopyFrom { .. }
                 | Error::CopyOfItself { .. }
+                | Error::InvalidReference { .. }
+                | Error::ConflictingSources(_)
+                | Error::InvalidPattern { .. }
+                | Error::InvalidAnnotation { .. }
                 | Error::UnsupportedSecretType { .. }
                 | Error::KindMismatch { .. }
                 | Error::UntrustedSyncSource { .. }

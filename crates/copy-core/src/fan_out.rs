@@ -1,12 +1,14 @@
 //! Fan-out: which namespaces get a copy of a source (docs/design.md 4.2).
 //!
 //! A [`FanOut`] is everything a sync needs to know, built either from a `ConfigSync`
-//! ([`FanOut::from_config_sync`]) or from a kopy-annotated source ([`FanOut::from_kopy`]). Given
-//! the cluster's namespaces it answers which ones are targets:
+//! ([`FanOut::from_config_sync`]) or from a source annotated by kopy, reflector or replicator
+//! ([`FanOut::from_annotations`]). Given the cluster's namespaces it answers which ones are
+//! targets:
 //!
-//! - the `namespaceSelector` ORed with the `namespaces` globs; with neither, every namespace;
+//! - those its [`Selection`] selects: the `namespaceSelector` ORed with the `namespaces` globs
+//!   (with neither, every namespace), or what the annotations say;
 //! - minus `excludeNamespaces` globs and minus `kube-system`, `kube-public`, `kube-node-lease`
-//!   (unless one of those is listed by exact name in `namespaces`);
+//!   (unless one of those is listed by exact name);
 //! - minus the source's own namespace when the copy would have the source's name (it would be the
 //!   source itself);
 //! - minus terminating namespaces (writes there fail and the copy would die with the namespace).
@@ -35,10 +37,11 @@ use k8s_openapi::api::core::v1::Namespace;
 use watch_index::selector::Selector;
 
 use crate::config_sync::{ConfigSyncSpec, ConflictPolicy, DeletionPolicy};
-use crate::glob::{any_match, glob_match, is_literal};
+use crate::glob::{any_match, is_literal};
 use crate::ownership::Owner;
-use crate::source::SourceRef;
-use crate::{Error, Result};
+use crate::patterns::NamePatterns;
+use crate::source::{ConfigObject, SourceRef};
+use crate::{Error, Result, reflector, replicator};
 
 /// Namespaces never targeted unless listed by exact name in `namespaces`.
 pub const DEFAULT_EXCLUDED_NAMESPACES: [&str; 3] =
@@ -48,6 +51,10 @@ pub const DEFAULT_EXCLUDED_NAMESPACES: [&str; 3] =
 pub const KOPY_SYNC_ANNOTATION: &str = "kopy.kot-labs.com/sync";
 /// The older spelling of [`KOPY_SYNC_ANNOTATION`] (flynshue/kopy).
 pub const KOPY_SYNC_ANNOTATION_LEGACY: &str = "flynshue.io/sync";
+/// The label kopy puts on its copies, naming the source's namespace.
+pub const KOPY_ORIGIN_NAMESPACE_LABEL: &str = "kopy.kot-labs.com/origin.namespace";
+/// The older spelling of [`KOPY_ORIGIN_NAMESPACE_LABEL`].
+pub const KOPY_ORIGIN_NAMESPACE_LABEL_LEGACY: &str = "flynshue.io/origin.namespace";
 
 /// What fan-out needs to know about a namespace. Borrowed, so a namespace cache can be scanned
 /// without copying.
@@ -100,6 +107,105 @@ impl<'a> From<&'a Namespace> for NamespaceView<'a> {
     }
 }
 
+/// Which namespaces a fan-out selects (or a source consents to), before the exclusions every
+/// fan-out applies.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Selection {
+    /// Every namespace.
+    All,
+    /// Namespaces whose labels match the selector.
+    Labels(Selector),
+    /// Namespaces whose name matches one of these globs (`*`, `?`).
+    Globs(Vec<String>),
+    /// Namespaces whose name matches one of these regexes (reflector's and replicator's lists).
+    Patterns(NamePatterns),
+    /// Namespaces that any of these select; none when empty.
+    AnyOf(Vec<Selection>),
+    /// Namespaces that all of these select.
+    AllOf(Vec<Selection>),
+}
+
+impl Selection {
+    /// Selects no namespace.
+    pub fn nothing() -> Self {
+        Selection::AnyOf(Vec::new())
+    }
+
+    /// The union of `parts`, without a needless level for a single part.
+    pub fn any_of(mut parts: Vec<Selection>) -> Self {
+        if parts.len() == 1 {
+            parts.remove(0)
+        } else {
+            Selection::AnyOf(parts)
+        }
+    }
+
+    /// Whether the namespace is selected (its name and labels; terminating or not is the
+    /// fan-out's business).
+    pub fn matches(&self, ns: NamespaceView<'_>) -> bool {
+        match self {
+            Selection::All => true,
+            Selection::Labels(selector) => selector.matches(&ns.labels),
+            Selection::Globs(globs) => any_match(globs.iter().map(String::as_str), ns.name),
+            Selection::Patterns(patterns) => patterns.matches(ns.name),
+            Selection::AnyOf(parts) => parts.iter().any(|p| p.matches(ns)),
+            Selection::AllOf(parts) => parts.iter().all(|p| p.matches(ns)),
+        }
+    }
+
+    /// Whether `namespace` is listed by its exact name somewhere (a glob or regex entry without
+    /// metacharacters): that lifts the default exclusion of `kube-system` and friends.
+    pub fn names_literally(&self, namespace: &str) -> bool {
+        match self {
+            Selection::All | Selection::Labels(_) => false,
+            Selection::Globs(globs) => globs.iter().any(|g| is_literal(g) && g == namespace),
+            Selection::Patterns(patterns) => patterns.literals().any(|l| l == namespace),
+            Selection::AnyOf(parts) | Selection::AllOf(parts) => {
+                parts.iter().any(|p| p.names_literally(namespace))
+            }
+        }
+    }
+}
+
+/// A tool whose fan-out copies conflux takes over from (adopts) when it fans the same source out:
+/// the copies it left behind are recognised by the marks it puts on them, so switching to conflux
+/// neither skips them as conflicts nor re-creates them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Predecessor {
+    /// kopy: a same-name object labelled `kopy.kot-labs.com/origin.namespace` (or
+    /// `flynshue.io/origin.namespace`) with the source's namespace.
+    Kopy,
+    /// reflector: an auto mirror, `auto-reflects: "True"` and `reflects` naming the source.
+    Reflector,
+    /// replicator: a same-name object with `replicated-keys` (and no `replicate-from`) holding
+    /// only keys replicator copied; replicator's copies do not name their source.
+    Replicator,
+}
+
+impl Predecessor {
+    /// Whether `observed` (named like the copy) is this tool's copy of `source` that conflux may
+    /// take over without losing anything.
+    pub fn made(&self, observed: &ConfigObject, source: &SourceRef) -> bool {
+        let meta = observed.metadata();
+        match self {
+            Predecessor::Kopy => meta.labels.as_ref().is_some_and(|labels| {
+                [
+                    KOPY_ORIGIN_NAMESPACE_LABEL,
+                    KOPY_ORIGIN_NAMESPACE_LABEL_LEGACY,
+                ]
+                .iter()
+                .any(|key| labels.get(*key) == Some(&source.namespace))
+            }),
+            Predecessor::Reflector => {
+                reflector::is_auto_mirror_of(meta.annotations.as_ref(), source)
+            }
+            Predecessor::Replicator => replicator::is_push_copy(observed),
+        }
+    }
+}
+
 /// A fan-out sync: the source, the owner of the copies, how copies look, and which namespaces get
 /// one.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,9 +226,10 @@ pub struct FanOut {
     pub conflict_policy: ConflictPolicy,
     /// What happens to copies when the owner goes away.
     pub deletion_policy: DeletionPolicy,
-    /// `None`: no selector given.
-    selector: Option<Selector>,
-    namespaces: Vec<String>,
+    /// Tools whose copies of this source are adopted whatever the conflict policy.
+    pub predecessors: Vec<Predecessor>,
+    /// The namespaces selected, before exclusions.
+    selection: Selection,
     exclude_namespaces: Vec<String>,
 }
 
@@ -140,6 +247,16 @@ impl FanOut {
                 context: format!("ConfigSync {name} spec.target.namespaceSelector"),
                 message: e.to_string(),
             })?;
+        let globs = spec.target.namespaces.clone();
+        // The selector ORed with the globs; with neither, every namespace.
+        let selection = match (selector, globs.is_empty()) {
+            (None, true) => Selection::All,
+            (Some(selector), true) => Selection::Labels(selector),
+            (None, false) => Selection::Globs(globs),
+            (Some(selector), false) => {
+                Selection::AnyOf(vec![Selection::Labels(selector), Selection::Globs(globs)])
+            }
+        };
         Ok(FanOut {
             source: spec.source.clone(),
             owner: Owner::ConfigSync {
@@ -151,8 +268,8 @@ impl FanOut {
             prune: spec.prune,
             conflict_policy: spec.conflict_policy,
             deletion_policy: spec.deletion_policy,
-            selector,
-            namespaces: spec.target.namespaces.clone(),
+            predecessors: Vec::new(),
+            selection,
             exclude_namespaces: spec.target.exclude_namespaces.clone(),
         })
     }
@@ -164,33 +281,85 @@ impl FanOut {
     /// (`--sync-source-namespaces`) is refused with [`Error::UntrustedSyncSource`]: otherwise any
     /// tenant could plant objects in every namespace. Copies keep the source's name, carry no extra
     /// labels, are pruned when a namespace stops matching and orphaned when the annotation goes.
+    /// [`FanOut::from_annotations`] reads reflector's and replicator's annotations as well.
     pub fn from_kopy<'t>(
         source: &SourceRef,
         source_annotations: Option<&BTreeMap<String, String>>,
         trusted_namespaces: impl IntoIterator<Item = &'t str>,
     ) -> Result<Option<Self>> {
-        let found = source_annotations.and_then(|annotations| {
-            [KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY]
-                .into_iter()
-                .find_map(|a| annotations.get(a).map(|v| (a, v)))
-        });
-        let Some((annotation, value)) = found else {
+        let Some((annotation, selection)) = kopy_selection(source, source_annotations) else {
             return Ok(None);
         };
-        let trusted = trusted_namespaces
-            .into_iter()
-            .any(|ns| ns == source.namespace);
-        if !trusted {
-            return Err(Error::UntrustedSyncSource {
-                source_ref: source.clone(),
-                annotation,
-            });
+        trust(source, annotation, trusted_namespaces)?;
+        let mut fan_out = FanOut::of_source(source, selection?);
+        fan_out.predecessors = vec![Predecessor::Kopy];
+        Ok(Some(fan_out))
+    }
+
+    /// The implicit fan-out of a source annotated for it by kopy, reflector or replicator: the
+    /// union of what each annotation selects.
+    ///
+    /// - kopy: `kopy.kot-labs.com/sync` (or `flynshue.io/sync`), a label selector.
+    /// - reflector: `reflection-auto-enabled: "true"` with `reflection-allowed: "true"`; the
+    ///   namespaces both `reflection-allowed-namespaces` (or its `-selector`) and
+    ///   `reflection-auto-namespaces` (or its `-selector`) select, each list every namespace when
+    ///   unset or empty ([`reflector::auto`]).
+    /// - replicator: `replicate-to` (regexes) ORed with `replicate-to-matching` (a label
+    ///   selector); copies carry the source's labels unless `strip-labels: "true"`
+    ///   ([`replicator::push`]).
+    ///
+    /// `Ok(None)` when the source asks for no fan-out. A source outside `trusted_namespaces`
+    /// (`--sync-source-namespaces`) is refused with [`Error::UntrustedSyncSource`] whatever tool's
+    /// annotation it carries: the source opting in is what these tools ask for, but the namespaces
+    /// that receive the copies never did, so conflux only lets the namespaces an operator trusts
+    /// push into others. Malformed values (a bad regex, selector or boolean) are errors, and nothing
+    /// is planned from them: no copy is made or pruned because of a typo.
+    ///
+    /// Copies keep the source's name, are pruned when a namespace stops being selected, and kept
+    /// (orphaned or released) when the source or its annotations go; the copies these tools left
+    /// behind are adopted ([`Predecessor`]).
+    pub fn from_annotations<'t>(
+        source: &SourceRef,
+        source_labels: Option<&BTreeMap<String, String>>,
+        source_annotations: Option<&BTreeMap<String, String>>,
+        trusted_namespaces: impl IntoIterator<Item = &'t str>,
+    ) -> Result<Option<Self>> {
+        let kopy = kopy_selection(source, source_annotations);
+        let reflector = reflector::auto_enabled(source, source_annotations)?;
+        let replicator = replicator::push_annotation(source_annotations);
+        let first = kopy
+            .as_ref()
+            .map(|(annotation, _)| *annotation)
+            .or(reflector.then_some(reflector::AUTO_ENABLED))
+            .or(replicator);
+        let Some(annotation) = first else {
+            return Ok(None);
+        };
+        trust(source, annotation, trusted_namespaces)?;
+        let mut parts = Vec::new();
+        let mut predecessors = Vec::new();
+        if let Some((_, selection)) = kopy {
+            parts.push(selection?);
+            predecessors.push(Predecessor::Kopy);
         }
-        let selector = Selector::parse(value).map_err(|e| Error::InvalidSelector {
-            context: format!("{annotation} on {source}"),
-            message: e.to_string(),
-        })?;
-        Ok(Some(FanOut::kopy(source, selector)))
+        if let Some(selection) = reflector::auto(source, source_annotations)? {
+            parts.push(selection);
+            predecessors.push(Predecessor::Reflector);
+        }
+        let mut labels = BTreeMap::new();
+        if let Some(selection) = replicator::push(source, source_annotations)? {
+            parts.push(selection);
+            predecessors.push(Predecessor::Replicator);
+            labels = replicator::copied_labels(source_labels, source_annotations);
+        }
+        if parts.is_empty() {
+            // reflector's auto-enabled without reflection-allowed: reflector makes no mirror.
+            return Ok(None);
+        }
+        let mut fan_out = FanOut::of_source(source, Selection::any_of(parts));
+        fan_out.labels = labels;
+        fan_out.predecessors = predecessors;
+        Ok(Some(fan_out))
     }
 
     /// The fan-out of a kopy source with an already parsed `selector`. With
@@ -198,19 +367,31 @@ impl FanOut {
     /// source or its annotation is gone: `plan_sync(.., None, ..)` then marks the copies orphaned,
     /// and [`plan_deletion`](crate::steps::plan_deletion) releases them.
     pub fn kopy(source: &SourceRef, selector: Selector) -> Self {
+        FanOut::of_source(source, Selection::Labels(selector))
+    }
+
+    /// The implicit fan-out of an annotated source selecting `selection` (see
+    /// [`FanOut::from_annotations`]); [`Selection::nothing`] for a source whose copies are only
+    /// released or orphaned.
+    pub fn of_source(source: &SourceRef, selection: Selection) -> Self {
         FanOut {
             source: source.clone(),
-            owner: Owner::kopy(source),
+            owner: Owner::source(source),
             target_name: source.name.clone(),
             labels: BTreeMap::new(),
             annotations: BTreeMap::new(),
             prune: true,
             conflict_policy: ConflictPolicy::Skip,
             deletion_policy: DeletionPolicy::Orphan,
-            selector: Some(selector),
-            namespaces: Vec::new(),
+            predecessors: Vec::new(),
+            selection,
             exclude_namespaces: Vec::new(),
         }
+    }
+
+    /// The namespaces selected, before exclusions.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
     }
 
     /// Whether `ns` gets a copy.
@@ -218,13 +399,7 @@ impl FanOut {
         if ns.terminating || self.is_source_itself(ns.name) || self.excludes(ns.name) {
             return false;
         }
-        match (&self.selector, self.namespaces.is_empty()) {
-            (None, true) => true,
-            (selector, _) => {
-                selector.as_ref().is_some_and(|s| s.matches(&ns.labels))
-                    || any_match(self.namespaces.iter().map(String::as_str), ns.name)
-            }
-        }
+        self.selection.matches(ns)
     }
 
     /// The names of the namespaces among `namespaces` that get a copy.
@@ -237,6 +412,14 @@ impl FanOut {
             .filter(|ns| self.selects(*ns))
             .map(|ns| ns.name.to_owned())
             .collect()
+    }
+
+    /// Whether `observed`, a same-name object conflux does not own, is a copy of this source a
+    /// [`Predecessor`] made (and so is adopted).
+    pub fn inherits(&self, observed: &ConfigObject) -> bool {
+        self.predecessors
+            .iter()
+            .any(|p| p.made(observed, &self.source))
     }
 
     /// A copy with the source's name in the source's namespace would overwrite the source.
@@ -252,11 +435,50 @@ impl FanOut {
             return true;
         }
         DEFAULT_EXCLUDED_NAMESPACES.contains(&namespace)
-            && !self
-                .namespaces
-                .iter()
-                .any(|p| is_literal(p) && glob_match(p, namespace))
+            && !self.selection.names_literally(namespace)
     }
+}
+
+/// kopy's annotation and the selection it asks for (the selector parsed, or why not).
+type KopySelection = Option<(&'static str, Result<Selection>)>;
+
+fn kopy_selection(
+    source: &SourceRef,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> KopySelection {
+    let found = annotations.and_then(|annotations| {
+        [KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY]
+            .into_iter()
+            .find_map(|a| annotations.get(a).map(|v| (a, v)))
+    });
+    found.map(|(annotation, value)| {
+        let selection =
+            Selector::parse(value)
+                .map(Selection::Labels)
+                .map_err(|e| Error::InvalidSelector {
+                    context: format!("{annotation} on {source}"),
+                    message: e.to_string(),
+                });
+        (annotation, selection)
+    })
+}
+
+/// Refuses a fan-out annotation outside the trusted namespaces.
+fn trust<'t>(
+    source: &SourceRef,
+    annotation: &'static str,
+    trusted_namespaces: impl IntoIterator<Item = &'t str>,
+) -> Result<()> {
+    if trusted_namespaces
+        .into_iter()
+        .any(|ns| ns == source.namespace)
+    {
+        return Ok(());
+    }
+    Err(Error::UntrustedSyncSource {
+        source_ref: source.clone(),
+        annotation,
+    })
 }
 
 #[cfg(test)]
@@ -581,6 +803,231 @@ mod tests {
         assert_eq!(
             refused.to_string(),
             "Secret/flux-system/registry carries kopy.kot-labs.com/sync but its namespace is not a trusted sync source namespace (--sync-source-namespaces); the annotation is ignored"
+        );
+    }
+
+    /// One row per rule of [`FanOut::from_annotations`]: which namespaces a source annotated by
+    /// reflector or replicator selects, and what is refused.
+    #[test]
+    fn annotated_sources_table() {
+        use crate::{reflector as rf, replicator as rp};
+        let source = SourceRef::new(crate::SourceKind::Secret, "platform", "wildcard-tls");
+        let prod = labels(&[("env", "production")]);
+        let none = labels(&[]);
+        // (case, annotations, source namespace, namespace, its labels, Ok(selected) / Err(reason) / None)
+        type Row<'a> = (
+            &'a str,
+            Vec<(&'a str, &'a str)>,
+            &'a str,
+            &'a str,
+            &'a BTreeMap<String, String>,
+            Option<std::result::Result<bool, &'a str>>,
+        );
+        let rows: Vec<Row<'_>> = vec![
+            ("nothing", vec![], "platform", "a", &none, None),
+            (
+                "reflector auto, every namespace",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "true")],
+                "platform",
+                "a",
+                &none,
+                Some(Ok(true)),
+            ),
+            (
+                "reflector auto without reflection-allowed: no mirrors",
+                vec![(rf::AUTO_ENABLED, "true")],
+                "platform",
+                "a",
+                &none,
+                None,
+            ),
+            (
+                "reflector auto disabled",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "false")],
+                "platform",
+                "a",
+                &none,
+                None,
+            ),
+            (
+                "reflector auto, not in the allowed list",
+                vec![
+                    (rf::ALLOWED, "true"),
+                    (rf::ALLOWED_NAMESPACES, "team-.*"),
+                    (rf::AUTO_ENABLED, "true"),
+                ],
+                "platform",
+                "prod",
+                &none,
+                Some(Ok(false)),
+            ),
+            (
+                "reflector auto, allowed by label",
+                vec![
+                    (rf::ALLOWED, "true"),
+                    (rf::ALLOWED_NAMESPACES, "team-.*"),
+                    (rf::ALLOWED_NAMESPACES_SELECTOR, "env=production"),
+                    (rf::AUTO_ENABLED, "true"),
+                ],
+                "platform",
+                "prod",
+                &prod,
+                Some(Ok(true)),
+            ),
+            (
+                "reflector auto never copies onto the source itself",
+                vec![
+                    (rf::ALLOWED, "true"),
+                    (rf::ALLOWED_NAMESPACES, "platform,team-a"),
+                    (rf::AUTO_ENABLED, "true"),
+                ],
+                "platform",
+                "platform",
+                &none,
+                Some(Ok(false)),
+            ),
+            (
+                "kube-system excluded unless named",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "true")],
+                "platform",
+                "kube-system",
+                &none,
+                Some(Ok(false)),
+            ),
+            (
+                "kube-system named",
+                vec![
+                    (rf::ALLOWED, "true"),
+                    (rf::AUTO_ENABLED, "true"),
+                    (rf::AUTO_NAMESPACES, "kube-system"),
+                ],
+                "platform",
+                "kube-system",
+                &none,
+                Some(Ok(true)),
+            ),
+            (
+                "kube-* pattern does not lift the default",
+                vec![(rp::REPLICATE_TO, "kube-.*")],
+                "platform",
+                "kube-public",
+                &none,
+                Some(Ok(false)),
+            ),
+            (
+                "replicate-to",
+                vec![(rp::REPLICATE_TO, "my-ns-1,namespace-[0-9]*")],
+                "platform",
+                "namespace-4",
+                &none,
+                Some(Ok(true)),
+            ),
+            (
+                "replicate-to-matching",
+                vec![(rp::REPLICATE_TO_MATCHING, "env=production")],
+                "platform",
+                "shop",
+                &prod,
+                Some(Ok(true)),
+            ),
+            (
+                "replicate-to OR matching",
+                vec![
+                    (rp::REPLICATE_TO, "a"),
+                    (rp::REPLICATE_TO_MATCHING, "env=production"),
+                ],
+                "platform",
+                "b",
+                &none,
+                Some(Ok(false)),
+            ),
+            (
+                "kopy OR replicator",
+                vec![
+                    ("kopy.kot-labs.com/sync", "env=production"),
+                    (rp::REPLICATE_TO, "b"),
+                ],
+                "platform",
+                "b",
+                &none,
+                Some(Ok(true)),
+            ),
+            (
+                "untrusted reflector source",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "true")],
+                "team-a",
+                "b",
+                &none,
+                Some(Err("Refused")),
+            ),
+            (
+                "untrusted replicator source",
+                vec![(rp::REPLICATE_TO, ".*")],
+                "team-a",
+                "b",
+                &none,
+                Some(Err("Refused")),
+            ),
+            (
+                "untrusted, auto disabled: nothing to refuse",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "false")],
+                "team-a",
+                "b",
+                &none,
+                None,
+            ),
+            (
+                "bad regex",
+                vec![(rp::REPLICATE_TO, "a,[")],
+                "platform",
+                "a",
+                &none,
+                Some(Err("InvalidPattern")),
+            ),
+            (
+                "bad selector",
+                vec![(rp::REPLICATE_TO_MATCHING, "env in (a")],
+                "platform",
+                "a",
+                &none,
+                Some(Err("InvalidSelector")),
+            ),
+            (
+                "bad boolean",
+                vec![(rf::ALLOWED, "true"), (rf::AUTO_ENABLED, "yes")],
+                "platform",
+                "a",
+                &none,
+                Some(Err("InvalidAnnotation")),
+            ),
+        ];
+        for (case, annotations, source_ns, ns, ns_labels, want) in rows {
+            let source = SourceRef {
+                namespace: source_ns.to_owned(),
+                ..source.clone()
+            };
+            let annotations = labels(&annotations);
+            let got = FanOut::from_annotations(&source, None, Some(&annotations), ["platform"])
+                .transpose()
+                .map(|r| {
+                    r.map(|f| f.selects(NamespaceView::new(ns).labels(ns_labels)))
+                        .map_err(|e| e.reason())
+                });
+            assert_eq!(got, want, "{case}");
+        }
+        let refused = FanOut::from_annotations(
+            &SourceRef {
+                namespace: "team-a".to_owned(),
+                ..source.clone()
+            },
+            None,
+            Some(&labels(&[(rp::REPLICATE_TO, ".*")])),
+            ["platform"],
+        )
+        .unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "Secret/team-a/wildcard-tls carries replicator.v1.mittwald.de/replicate-to but its namespace is not a trusted sync source namespace (--sync-source-namespaces); the annotation is ignored"
         );
     }
 }

@@ -9,8 +9,11 @@ mod error;
 pub mod fan_out;
 pub mod glob;
 pub mod ownership;
+pub mod patterns;
 pub mod protect;
 pub mod protect_policy;
+pub mod reflector;
+pub mod replicator;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod source;
@@ -21,11 +24,25 @@ pub mod steps;
 pub use config_sync::ConfigSync;
 pub use config_sync::{ConfigSyncSpec, ConfigSyncStatus};
 pub use desired::{DesiredCopy, WriteMode};
-pub use error::{Error, SecretTypeConflict};
-pub use fan_out::{FanOut, NamespaceView};
+pub use error::{ConflictingSources, Error, SecretTypeConflict};
+pub use fan_out::{FanOut, NamespaceView, Predecessor, Selection};
 pub use ownership::Owner;
 pub use source::{ConfigObject, SourceKind, SourceRef};
 pub use steps::{Step, plan_deletion, plan_sync};
 
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What the unit tests of this crate share.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::collections::BTreeMap;
+
+    /// A label or annotation map from pairs.
+    pub(crate) fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+}

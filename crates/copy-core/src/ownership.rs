@@ -20,15 +20,27 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY_VALUE: &str = "conflux";
 /// Label naming the `ConfigSync` that owns a copy (see [`label_value`] for long names).
 pub const CONFIG_SYNC_LABEL: &str = "copy.conflux.dev/config-sync";
-/// Label naming the namespace of a kopy-annotated source that owns a copy.
+/// Label naming the namespace of an annotated source that owns a copy.
 pub const SOURCE_NAMESPACE_LABEL: &str = "copy.conflux.dev/source-namespace";
-/// Label naming a kopy-annotated source that owns a copy.
+/// Label naming an annotated source that owns a copy.
 pub const SOURCE_NAME_LABEL: &str = "copy.conflux.dev/source-name";
+/// Every label that says who owns a copy: what a release strips, and what a copy never takes
+/// from anywhere but its own owner.
+pub const OWNERSHIP_LABELS: [&str; 4] = [
+    MANAGED_BY_LABEL,
+    CONFIG_SYNC_LABEL,
+    SOURCE_NAMESPACE_LABEL,
+    SOURCE_NAME_LABEL,
+];
 /// Annotation naming the source of a copy, `<Kind>/<namespace>/<name>` (always the full names).
 pub const SOURCE_ANNOTATION: &str = "copy.conflux.dev/source";
 /// Annotation set (value `"true"`) on copies whose source was deleted: they are kept so workloads
 /// keep running, and marked so people can find them.
 pub const ORPHANED_ANNOTATION: &str = "copy.conflux.dev/orphaned";
+/// Annotation on replicator-style pull copies (`replicator.v1.mittwald.de/replicate-from`): the
+/// keys conflux copied into the target, sorted and comma-separated. Those targets keep keys of
+/// their own, so this is how a key removed at the source is told from one the target owns.
+pub const COPIED_KEYS_ANNOTATION: &str = "copy.conflux.dev/copied-keys";
 /// Annotation holding a digest of the copy's metadata template (target name, extra labels and
 /// annotations), so that removing a label from a ConfigSync's `target.labels` re-applies the copies.
 pub const TEMPLATE_HASH_ANNOTATION: &str = "copy.conflux.dev/template-hash";
@@ -38,7 +50,8 @@ const MAX_LABEL_VALUE: usize = 63;
 /// Hex digits of SHA-256 kept when a long name is shortened into a label value.
 const HASH_SUFFIX_LEN: usize = 10;
 
-/// The owner of a fan-out copy: a `ConfigSync` or a kopy-annotated source.
+/// The owner of a fan-out copy: a `ConfigSync`, or a source annotated for fan-out (kopy,
+/// reflector's auto mirrors, replicator's push), which owns its own copies.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Owner {
@@ -47,8 +60,9 @@ pub enum Owner {
         /// `metadata.name` of the ConfigSync.
         name: String,
     },
-    /// A source annotated `kopy.kot-labs.com/sync` / `flynshue.io/sync`: it owns its own copies.
-    Kopy {
+    /// A source annotated for fan-out (`kopy.kot-labs.com/sync`, reflector's
+    /// `reflection-auto-enabled`, replicator's `replicate-to`): it owns its own copies.
+    Source {
         /// Namespace of the source.
         namespace: String,
         /// Name of the source.
@@ -57,9 +71,9 @@ pub enum Owner {
 }
 
 impl Owner {
-    /// The owner of the copies of a kopy-annotated `source`.
-    pub fn kopy(source: &SourceRef) -> Self {
-        Owner::Kopy {
+    /// The owner of the copies of an annotated `source`.
+    pub fn source(source: &SourceRef) -> Self {
+        Owner::Source {
             namespace: source.namespace.clone(),
             name: source.name.clone(),
         }
@@ -100,7 +114,7 @@ impl Owner {
     fn owner_labels(&self) -> Vec<(&'static str, String)> {
         match self {
             Owner::ConfigSync { name } => vec![(CONFIG_SYNC_LABEL, label_value(name))],
-            Owner::Kopy { namespace, name } => vec![
+            Owner::Source { namespace, name } => vec![
                 (SOURCE_NAMESPACE_LABEL, label_value(namespace)),
                 (SOURCE_NAME_LABEL, label_value(name)),
             ],
@@ -171,15 +185,10 @@ pub fn resource_set_of(labels: Option<&BTreeMap<String, String>>) -> Option<Stri
 /// data and everything else in place: what the `Orphan` deletion policy does. A merge patch, not an
 /// apply, because an apply that drops our fields would drop the data we own as well.
 pub fn release_patch() -> serde_json::Value {
-    let labels: serde_json::Map<String, serde_json::Value> = [
-        MANAGED_BY_LABEL,
-        CONFIG_SYNC_LABEL,
-        SOURCE_NAMESPACE_LABEL,
-        SOURCE_NAME_LABEL,
-    ]
-    .into_iter()
-    .map(|k| (k.to_owned(), serde_json::Value::Null))
-    .collect();
+    let labels: serde_json::Map<String, serde_json::Value> = OWNERSHIP_LABELS
+        .into_iter()
+        .map(|k| (k.to_owned(), serde_json::Value::Null))
+        .collect();
     let annotations: serde_json::Map<String, serde_json::Value> = [
         SOURCE_ANNOTATION,
         ORPHANED_ANNOTATION,
@@ -245,7 +254,7 @@ mod tests {
             Owner::ConfigSync {
                 name: "s".repeat(100),
             },
-            Owner::Kopy {
+            Owner::Source {
                 namespace: "flux-system".into(),
                 name: "registry".into(),
             },

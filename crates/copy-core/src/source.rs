@@ -136,6 +136,20 @@ impl ConfigObject {
         }
     }
 
+    /// The keys of `data` and (ConfigMap) `binaryData`: the API server keeps them distinct.
+    pub fn keys(&self) -> Box<dyn Iterator<Item = &str> + '_> {
+        match self {
+            ConfigObject::ConfigMap(cm) => Box::new(
+                cm.data
+                    .iter()
+                    .flatten()
+                    .map(|(k, _)| k.as_str())
+                    .chain(cm.binary_data.iter().flatten().map(|(k, _)| k.as_str())),
+            ),
+            ConfigObject::Secret(s) => Box::new(s.data.iter().flatten().map(|(k, _)| k.as_str())),
+        }
+    }
+
     /// True when `self` and `other` carry the same content: same kind, same `data`, same
     /// `binaryData`, same Secret type (absent maps and empty maps are the same).
     pub fn same_content(&self, other: &ConfigObject) -> bool {

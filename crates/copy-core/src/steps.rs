@@ -12,6 +12,7 @@
 //! | our copy, other Secret type, or `immutable` with other data | yes | [`Step::Recreate`] |
 //! | our copy | no, or it has an old target name | [`Step::Delete`] when `prune`, else nothing |
 //! | same-name object not ours | yes | [`Step::Skip`] (`Skip`) or [`Step::Adopt`] (`Adopt`) |
+//! | a kopy, reflector or replicator copy of the source ([`Predecessor`](crate::Predecessor)) | yes | [`Step::Adopt`] |
 //! | our copy, source gone | any | [`Step::MarkOrphaned`] (once), never deleted |
 //! | anything in a terminating namespace | — | nothing |
 //!
@@ -352,7 +353,10 @@ fn reconcile_owned(observed: &ConfigObject, desired: ConfigObject) -> Step {
 fn conflict(observed: &ConfigObject, desired: ConfigObject, fan_out: &FanOut) -> Step {
     // Another conflux owner's copy is never adopted: two syncs taking turns would flap forever.
     let other_owner = is_managed(observed.metadata().labels.as_ref());
-    if fan_out.conflict_policy == ConflictPolicy::Adopt && !other_owner {
+    // A copy kopy, reflector or replicator made of this very source is taken over: switching to
+    // conflux must neither skip nor re-create the copies workloads already use.
+    let adopt = fan_out.conflict_policy == ConflictPolicy::Adopt || fan_out.inherits(observed);
+    if adopt && !other_owner {
         return match recreate_reason(observed, &desired) {
             Some(reason) => Step::Recreate {
                 object: desired,
@@ -405,6 +409,13 @@ fn orphaned(observed: &ConfigObject, fan_out: &FanOut) -> ConfigObject {
     let mut copy = fan_out_copy(observed, fan_out, observed.namespace());
     let meta = copy.metadata_mut();
     meta.name = Some(observed.name().to_owned());
+    // The labels the copy carries stay: the owner of a gone source no longer knows them (a
+    // replicator source's labels copied onto its copies), and dropping them changes nothing for
+    // the better.
+    let labels = meta.labels.get_or_insert_with(BTreeMap::new);
+    for (key, value) in observed.metadata().labels.iter().flatten() {
+        labels.entry(key.clone()).or_insert_with(|| value.clone());
+    }
     let annotations = meta.annotations.get_or_insert_with(BTreeMap::new);
     annotations.insert(ORPHANED_ANNOTATION.to_owned(), "true".to_owned());
     copy

@@ -1,5 +1,6 @@
 //! Hostile input (issue 11): `copyFrom` values, consent annotations (namespace globs), kopy
-//! selectors and whole object sets through the copy audit never panic, and Secret data never
+//! selectors, reflector's and replicator's annotations (regex lists, selectors, booleans,
+//! references) and whole object sets through the copy audit never panic, and Secret data never
 //! shows up in what they report.
 //!
 //! Every property runs a fixed number of cases from a fixed seed and prints
@@ -14,7 +15,7 @@ use copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check as consent
 use copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
 use copy_core::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY, NamespaceView};
 use copy_core::glob::glob_match;
-use copy_core::{FanOut, SourceKind, SourceRef};
+use copy_core::{FanOut, SourceKind, SourceRef, reflector, replicator};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -204,7 +205,131 @@ fn kopy_selectors_hostile() {
     );
 }
 
-/// A marker that only ever appears inside Secret data.
+/// Values of reflector's and replicator's annotations: regex fragments (valid, invalid, .NET-only,
+/// huge repetitions), booleans in every spelling, selectors and references, and anything at all.
+fn peer_value() -> impl Strategy<Value = String> {
+    let piece = prop::sample::select(
+        &[
+            "a",
+            "b",
+            "team-",
+            ".*",
+            "[0-9]*",
+            "(",
+            ")",
+            "[",
+            "]",
+            "|",
+            "^",
+            "$",
+            "\\",
+            "{1000}",
+            "(?!kube-)",
+            "(a+)+",
+            ",",
+            " ",
+            "true",
+            "True",
+            "TRUE",
+            "1",
+            "t",
+            "yes",
+            "",
+            "a/b",
+            "/",
+            "env=prod",
+            "env in (a",
+            "!x",
+            "é",
+            "\0",
+        ][..],
+    );
+    prop_oneof![
+        4 => prop::collection::vec(piece, 0..8).prop_map(|p| p.concat()),
+        1 => any_text(24),
+    ]
+}
+
+/// Every annotation of reflector's and replicator's that conflux reads, and copyFrom.
+const PEER_KEYS: [&str; 15] = [
+    reflector::ALLOWED,
+    reflector::ALLOWED_NAMESPACES,
+    reflector::ALLOWED_NAMESPACES_SELECTOR,
+    reflector::AUTO_ENABLED,
+    reflector::AUTO_NAMESPACES,
+    reflector::AUTO_NAMESPACES_SELECTOR,
+    reflector::REFLECTS,
+    reflector::AUTO_REFLECTS,
+    replicator::REPLICATION_ALLOWED,
+    replicator::REPLICATION_ALLOWED_NAMESPACES,
+    replicator::REPLICATE_FROM,
+    replicator::REPLICATE_TO,
+    replicator::REPLICATE_TO_MATCHING,
+    replicator::STRIP_LABELS,
+    COPY_FROM_ANNOTATION,
+];
+
+#[test]
+fn peer_annotations_hostile() {
+    check(
+        "peer_annotations_hostile",
+        60_000,
+        0xc0b1_f0b0_0007,
+        (
+            prop::collection::btree_map(
+                prop::sample::select(&PEER_KEYS[..]).prop_map(str::to_owned),
+                peer_value(),
+                0..6,
+            ),
+            prop::collection::btree_map("[a-c]{1,2}", "[a-c]{0,2}", 0..3),
+            prop::sample::select(&["flux-system", "team-a", "kube-system", "a"][..]),
+        ),
+        |(annotations, labels, namespace)| {
+            let source = SourceRef::new(SourceKind::Secret, "flux-system", "cfg");
+            let view = NamespaceView::new(namespace).labels(&labels);
+            match FanOut::from_annotations(
+                &source,
+                Some(&labels),
+                Some(&annotations),
+                ["flux-system"],
+            ) {
+                Ok(Some(fan_out)) => {
+                    let _ = fan_out.selects(view);
+                    prop_assert!(
+                        !fan_out.selects(NamespaceView::new("flux-system")),
+                        "the source is never its own target"
+                    );
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    let message = err.to_string();
+                    prop_assert!(!message.is_empty() && !err.reason().is_empty());
+                    // Values are shortened in messages: a 256 KiB annotation never becomes an Event.
+                    prop_assert!(
+                        message.chars().count() < 2_000,
+                        "{} chars",
+                        message.chars().count()
+                    );
+                }
+            }
+            for via in [
+                copy_core::copy_from::PullVia::CopyFrom,
+                copy_core::copy_from::PullVia::Reflects,
+                copy_core::copy_from::PullVia::ReplicateFrom,
+            ] {
+                match copy_core::consent::decide(&source, Some(&annotations), view, via) {
+                    Ok(_) => {}
+                    Err(err) => prop_assert!(err.to_string().chars().count() < 2_000),
+                }
+            }
+            let _ =
+                copy_core::copy_from::pull("v1", "Secret", namespace, "cfg", Some(&annotations));
+            Ok(())
+        },
+    );
+}
+
+/// A marker that only ever appears inside Secret data./// A marker that only ever appears inside Secret data.
 const SECRET_MARKER: &str = "s3cr3t-MARKER-do-not-print";
 
 /// Object sets for the copy audit: namespaces, ConfigMaps and Secrets with hostile copyFrom,
@@ -214,20 +339,23 @@ fn object_set() -> impl Strategy<Value = Vec<Value>> {
     let name = prop::sample::select(&["x", "y", ""][..]);
     let annotations = prop::collection::btree_map(
         prop::sample::select(
-            &[
-                COPY_FROM_ANNOTATION,
+            [
                 ALLOWED_NAMESPACES_ANNOTATION,
                 KOPY_SYNC_ANNOTATION,
                 KOPY_SYNC_ANNOTATION_LEGACY,
+                replicator::REPLICATED_KEYS,
                 "other",
-            ][..],
+            ]
+            .into_iter()
+            .chain(PEER_KEYS)
+            .collect::<Vec<_>>(),
         )
         .prop_map(str::to_owned),
         // Often meaningful (valid references, consent to the namespaces in play), so copies
         // get far enough to be refused, allowed, conflict or fail.
         prop_oneof![
             2 => prop::sample::select(
-                &["a/x", "b/y", "flux-system/x", "a/y", "*", "a", "b, a", "", "!nope", "x in (a)"][..]
+                &["a/x", "b/y", "flux-system/x", "a/y", "*", "a", "b, a", "", "!nope", "x in (a)", "true", "True", ".*", "a|b", "[", "k"][..]
             )
             .prop_map(str::to_owned),
             1 => annotation_value(),

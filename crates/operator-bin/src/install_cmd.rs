@@ -247,7 +247,8 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
     };
     let lwp = ["list", "watch", "patch"];
     match controller {
-        ControllerName::Copy => vec![copies()],
+        // Namespaces (metadata): reflector's consent may select target namespaces by label.
+        ControllerName::Copy => vec![copies(), rule("", &["namespaces"], &["list", "watch"])],
         ControllerName::Sync => {
             let plural = copy_core::ConfigSync::plural(&()).into_owned();
             vec![
@@ -263,10 +264,13 @@ fn controller_rules(controller: ControllerName, protect_mode: ProtectModeArg) ->
                 ),
             ]
         }
-        // One informer per workload kind, and server-side applied template annotations.
+        // One informer per workload kind, and server-side applied template annotations (a
+        // pause-period's pause and resume are merge patches); Namespaces (metadata) for
+        // --namespace-selector.
         ControllerName::Reload => vec![
             rule("apps", &["deployments", "statefulsets", "daemonsets"], &lwp),
             rule("batch", &["cronjobs"], &lwp),
+            rule("", &["namespaces"], &["list", "watch"]),
             // Jobs are re-created to roll (read fresh, deleted, created again; baselines are
             // server-side applied).
             rule(

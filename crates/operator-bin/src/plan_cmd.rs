@@ -65,7 +65,8 @@ pub struct PlanArgs {
     /// only at the next interval. The empty string watches everything.
     #[arg(long, default_value = watch_index::trigger::DEFAULT_WATCH_CONFIGS_SELECTOR)]
     pub watch_configs_label_selector: String,
-    /// Namespaces whose ConfigMaps/Secrets may fan out with the kopy annotations.
+    /// Namespaces whose ConfigMaps/Secrets may fan out with kopy's, reflector's or replicator's
+    /// annotations.
     #[arg(long, value_delimiter = ',', default_value = "")]
     pub sync_source_namespaces: Vec<String>,
     /// Reloader's `--auto-reload-all`: workloads without annotations roll on consumed configs.

@@ -53,9 +53,10 @@ impl From<InitialListStrategy> for InitialList {
 /// The controllers `--controllers` can name (docs/design.md section 6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum ControllerName {
-    /// Pull copies (`fluxcd.controlplane.io/copyFrom`).
+    /// Pull copies (`fluxcd.controlplane.io/copyFrom`, reflector's `reflects`, replicator's
+    /// `replicate-from`).
     Copy,
-    /// Fan-out sync (`ConfigSync`, kopy annotations).
+    /// Fan-out sync (`ConfigSync`; kopy's, reflector's and replicator's annotations).
     Sync,
     /// Workload rollouts on config change.
     Reload,
@@ -132,13 +133,14 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 4)]
     pub concurrent: usize,
 
-    /// Copies one ConfigSync (or kopy source) writes in parallel when it fans out.
+    /// Copies one ConfigSync (or annotated source) writes in parallel when it fans out.
     #[arg(long, default_value_t = 16)]
     pub fan_out_concurrency: usize,
 
-    /// Namespaces whose ConfigMaps/Secrets may fan out with the kopy annotations
-    /// (`kopy.kot-labs.com/sync`, `flynshue.io/sync`), comma-separated; elsewhere the annotation is
-    /// refused with an Event.
+    /// Namespaces whose ConfigMaps/Secrets may fan out with kopy's (`kopy.kot-labs.com/sync`,
+    /// `flynshue.io/sync`), reflector's (`reflection-auto-enabled`) or replicator's (`replicate-to`,
+    /// `replicate-to-matching`) annotations, comma-separated; elsewhere the annotation is refused
+    /// with an Event.
     #[arg(long, value_delimiter = ',', default_value = "")]
     pub sync_source_namespaces: Vec<String>,
 
@@ -178,7 +180,7 @@ pub struct RunArgs {
     pub reload_on_delete: bool,
 
     /// How a rollout changes the pod template: `annotations` (conflux.dev/config-hash) or
-    /// `env-vars` (Reloader's STAKATER_<NAME>_<KIND> variables, Reloader's default).
+    /// `env-vars` (Reloader's `STAKATER_<NAME>_<KIND>` variables, Reloader's default).
     #[arg(long, value_enum, default_value = "annotations")]
     pub reload_strategy: ReloadStrategyArg,
 
@@ -355,7 +357,7 @@ impl ProtectModeArg {
 pub enum ReloadStrategyArg {
     /// The pod-template annotation conflux.dev/config-hash.
     Annotations,
-    /// Reloader's STAKATER_<NAME>_<KIND> variables.
+    /// Reloader's `STAKATER_<NAME>_<KIND>` variables.
     EnvVars,
 }
 

@@ -210,7 +210,8 @@ fn only_the_controllers_turned_on_get_rules() {
     ]);
     let copy = grants(&copy_docs);
 
-    // What copy needs: the shared watches, its writes, Events, the leader election Lease.
+    // What copy needs: the shared watches, its writes, Events, the leader election Lease, and
+    // the Namespaces watch (reflector's consent may select target namespaces by label).
     for (group, resource, verb) in [
         ("", "configmaps", "list"),
         ("", "secrets", "watch"),
@@ -220,6 +221,8 @@ fn only_the_controllers_turned_on_get_rules() {
         ("", "configmaps", "delete"),
         ("events.k8s.io", "events", "create"),
         ("coordination.k8s.io", "leases", "patch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
     ] {
         assert!(
             granted(&copy, group, resource, verb),
@@ -235,7 +238,6 @@ fn only_the_controllers_turned_on_get_rules() {
         ("kustomize.toolkit.fluxcd.io", "kustomizations"),
         ("helm.toolkit.fluxcd.io", "helmreleases"),
         ("notification.toolkit.fluxcd.io", "receivers"),
-        ("", "namespaces"),
         ("conflux.dev", "configsyncs"),
         ("conflux.dev", "configsyncs/status"),
     ] {

@@ -172,29 +172,21 @@ pub fn container_ref<'a>(
     let kind: SourceKind = kind.into();
     let first = spec.containers.first().map(|c| c.name.as_str());
     let holds = |volume: &k8s_openapi::api::core::v1::Volume| {
-        let projected = |holds: &dyn Fn(&k8s_openapi::api::core::v1::VolumeProjection) -> bool| {
-            volume
-                .projected
+        let direct = match kind {
+            SourceKind::SecretProviderClass => return provider_class_of(volume) == Some(name),
+            SourceKind::ConfigMap => volume.config_map.as_ref().is_some_and(|v| v.name == name),
+            SourceKind::Secret => volume
+                .secret
                 .as_ref()
-                .and_then(|p| p.sources.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .any(holds)
+                .is_some_and(|v| v.secret_name.as_deref() == Some(name)),
         };
-        match kind {
-            SourceKind::SecretProviderClass => provider_class_of(volume) == Some(name),
-            SourceKind::ConfigMap => {
-                volume.config_map.as_ref().is_some_and(|v| v.name == name)
-                    || projected(&|s| s.config_map.as_ref().is_some_and(|c| c.name == name))
-            }
-            SourceKind::Secret => {
-                volume
-                    .secret
-                    .as_ref()
-                    .is_some_and(|v| v.secret_name.as_deref() == Some(name))
-                    || projected(&|s| s.secret.as_ref().is_some_and(|c| c.name == name))
-            }
-        }
+        let sources = volume.projected.as_ref().and_then(|p| p.sources.as_deref());
+        direct
+            || sources.unwrap_or_default().iter().any(|s| match kind {
+                SourceKind::ConfigMap => s.config_map.as_ref().is_some_and(|c| c.name == name),
+                SourceKind::Secret => s.secret.as_ref().is_some_and(|c| c.name == name),
+                SourceKind::SecretProviderClass => false,
+            })
     };
     let init = spec.init_containers.as_deref().unwrap_or_default();
     let volume = spec

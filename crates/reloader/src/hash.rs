@@ -219,14 +219,14 @@ impl Sink<'_> {
 
 /// Which key (4 bytes) and its value (4 bytes): enough to tell a changed key from a removed one.
 fn key_digest(key: &str, source: u8, value: &[u8]) -> [u8; 8] {
-    let mut id = Sha256::new();
-    lp(&mut id, key.as_bytes());
     let mut h = Sha256::new();
     lp(&mut h, key.as_bytes());
+    // The key part is the digest of `lp(key)` alone: hash the prefix once, finish a copy.
+    let id = h.clone().finalize();
     h.update([source]);
     lp(&mut h, value);
     let mut out = [0u8; 8];
-    out[..4].copy_from_slice(&id.finalize()[..4]);
+    out[..4].copy_from_slice(&id[..4]);
     out[4..].copy_from_slice(&h.finalize()[..4]);
     out
 }

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use conflux_runtime::Runtime;
-use conflux_tests::{Cluster, eventually};
+use conflux_tests::{Cluster, cluster, eventually, label_namespace};
 use copy_core::ConfigSync;
-use copy_core::runtime::CopyMetrics;
 use copy_core::runtime::copy::{self, CopyConfig};
 use copy_core::runtime::sync::{self, SyncConfig};
+use copy_core::runtime::{ApplyLabels, CopyMetrics};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
@@ -51,6 +51,7 @@ pub async fn install_crd(client: &Client) {
 /// with its shard. Dropping it stops them (as a killed process would).
 pub struct Operator {
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    metrics: Arc<CopyMetrics>,
 }
 
 impl Operator {
@@ -111,7 +112,7 @@ impl Operator {
                 fan_out_concurrency: concurrent,
                 namespace: namespace.map(str::to_owned),
             },
-            metrics,
+            metrics.clone(),
         );
         let copy_task = tokio::spawn(copy::run(runtime.clone(), configs.clone(), copy_ctx));
         let sync_task = tokio::spawn(sync::run(runtime.clone(), configs, sync_ctx));
@@ -124,7 +125,21 @@ impl Operator {
         .await;
         Operator {
             tasks: vec![copy_task, sync_task],
+            metrics,
         }
+    }
+
+    /// `copy_applies_total{controller, result}`: how many times `controller` (`copy` or `sync`)
+    /// wrote a copy (`apply`, `create`, ...), found one in sync (`unchanged`), or failed with a
+    /// reason (`Refused`, `InvalidReference`, ...).
+    pub fn applies(&self, controller: &str, result: &str) -> u64 {
+        self.metrics
+            .applies
+            .get_or_create(&ApplyLabels {
+                controller: controller.to_owned(),
+                result: result.to_owned(),
+            })
+            .get()
     }
 
     /// Kills the controllers mid-work (their tasks are aborted; nothing is flushed).
@@ -140,6 +155,68 @@ impl Drop for Operator {
         }
         conflux_tests::leak::assert_log_clean();
     }
+}
+
+/// How long a test waits for the operator to do something.
+pub const WAIT: Duration = Duration::from_secs(45);
+
+/// A client of this binary's cluster with the ConfigSync CRD installed, and a shard for `test`.
+pub async fn setup(test: &str) -> (Client, String) {
+    let client = cluster().client().await;
+    install_crd(&client).await;
+    (client, shard(test))
+}
+
+/// `s` base64-encoded, as Secret `data` holds it.
+pub fn b64(s: &str) -> String {
+    conflux_tests::leak::base64(s.as_bytes())
+}
+
+/// Secret data (decoded) from pairs.
+pub fn bytes(pairs: &[(&str, &str)]) -> BTreeMap<String, Vec<u8>> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.as_bytes().to_vec()))
+        .collect()
+}
+
+/// ConfigMap data from pairs.
+pub fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Waits until the Secret `ns/name` holds exactly `want`.
+pub async fn wait_secret(client: &Client, ns: &str, name: &str, want: &BTreeMap<String, Vec<u8>>) {
+    eventually(
+        &format!("Secret {ns}/{name} holds the expected data"),
+        WAIT,
+        || async {
+            let s = secret(client, ns, name).await?;
+            (&secret_data(&s) == want).then_some(())
+        },
+    )
+    .await;
+}
+
+/// Waits until the ConfigMap `ns/name` holds exactly `want`.
+pub async fn wait_config_map(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    want: &BTreeMap<String, String>,
+) {
+    eventually(
+        &format!("ConfigMap {ns}/{name} holds the expected data"),
+        WAIT,
+        || async {
+            let cm = config_map(client, ns, name).await?;
+            (&cm_data(&cm) == want).then_some(())
+        },
+    )
+    .await;
 }
 
 /// A unique shard value for one test.
@@ -161,29 +238,27 @@ pub async fn namespace(
     name
 }
 
-/// Sets (value `Some`) or removes (`None`) namespace labels.
-pub async fn label_namespace(client: &Client, ns: &str, labels: &[(&str, &str)]) {
+/// Creates a namespace with exactly this name (the peers' documented examples name theirs) and
+/// labels; one that exists already is labelled.
+pub async fn named_namespace(client: &Client, name: &str, labels: &[(&str, &str)]) -> String {
     let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": labels}})),
-        )
+    let ns: Namespace = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels},
+    }))
+    .expect("namespace object");
+    match Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
         .await
-        .unwrap_or_else(|e| panic!("label namespace {ns}: {e}"));
-}
-
-/// Removes a namespace label.
-pub async fn unlabel_namespace(client: &Client, ns: &str, key: &str) {
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {key: null}}})),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("unlabel namespace {ns}: {e}"));
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let pairs: Vec<(&str, &str)> = labels.into_iter().collect();
+            label_namespace(client, name, &pairs).await;
+        }
+        Err(e) => panic!("create namespace {name}: {e}"),
+    }
+    name.to_owned()
 }
 
 /// Server-side applies a ConfigMap or Secret as the test's own field manager.

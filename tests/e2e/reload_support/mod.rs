@@ -28,6 +28,8 @@ pub const TEST_MANAGER: &str = "conflux-test";
 pub const HASH: &str = "conflux.dev/config-hash";
 /// Workload annotation holding conflux's baseline.
 pub const BASELINE: &str = "conflux.dev/config-hash-baseline";
+/// Reloader's pod-template annotation naming the config behind the last rollout.
+pub const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
 /// `reloader.stakater.com/auto: "true"`.
 pub const AUTO: (&str, &str) = ("reloader.stakater.com/auto", "true");
 
@@ -221,16 +223,26 @@ pub async fn get_deployment(client: &Client, ns: &str, name: &str) -> Deployment
         .unwrap_or_else(|e| panic!("get Deployment {name}: {e}"))
 }
 
-/// The pod-template hash annotation conflux set, if any.
-pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<String> {
+/// A pod-template annotation of the Deployment, if set.
+pub async fn template_annotation(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    key: &str,
+) -> Option<String> {
     get_deployment(client, ns, name)
         .await
         .spec
         .template
         .metadata?
         .annotations?
-        .get(HASH)
+        .get(key)
         .cloned()
+}
+
+/// The pod-template hash annotation conflux set, if any.
+pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<String> {
+    template_annotation(client, ns, name, HASH).await
 }
 
 /// The baseline annotation conflux recorded, if any.
@@ -309,4 +321,60 @@ pub async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<
         })
         .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default()))
         .collect()
+}
+
+/// Reloader's `last-reloaded-from` on the Deployment's pod template, if any.
+pub async fn last_reloaded_from(client: &Client, ns: &str, name: &str) -> Option<String> {
+    template_annotation(client, ns, name, LAST_RELOADED_FROM).await
+}
+
+/// Waits until `last-reloaded-from` of `name` differs from `before` (how Reloader's own e2e tests
+/// see a reload) and returns it, parsed.
+pub async fn wait_reloaded_from(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    before: Option<&str>,
+) -> Value {
+    let raw = eventually(
+        &format!("last-reloaded-from of {name}"),
+        Duration::from_secs(30),
+        || async {
+            last_reloaded_from(client, ns, name)
+                .await
+                .filter(|v| Some(v.as_str()) != before)
+        },
+    )
+    .await;
+    serde_json::from_str(&raw).unwrap_or_else(|e| panic!("last-reloaded-from {raw}: {e}"))
+}
+
+/// The `STAKATER_*` variables of the Deployment's containers, as (container, name, value).
+pub async fn stakater_env(client: &Client, ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let d = get_deployment(client, ns, name).await;
+    let spec = d.spec.template.spec.unwrap_or_default();
+    spec.containers
+        .iter()
+        .flat_map(|c| {
+            c.env
+                .iter()
+                .flatten()
+                .filter(|e| e.name.starts_with("STAKATER_"))
+                .map(|e| {
+                    (
+                        c.name.clone(),
+                        e.name.clone(),
+                        e.value.clone().unwrap_or_default(),
+                    )
+                })
+        })
+        .collect()
+}
+
+/// Deletes a Secret.
+pub async fn delete_secret(client: &Client, ns: &str, name: &str) {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete Secret {name}: {e}"));
 }

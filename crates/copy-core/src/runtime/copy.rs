@@ -1,16 +1,20 @@
 //! The pull-copy controller: a ConfigMap or Secret annotated `fluxcd.controlplane.io/copyFrom:
-//! namespace/name` gets the data of its source (docs/design.md section 4.1, Flux Operator
-//! compatible).
+//! namespace/name` (or reflector's `reflects`, or replicator's `replicate-from`) gets the data of
+//! its source (docs/design.md section 4.1, Flux Operator compatible).
 //!
 //! Observe → decide → act → report:
 //! - Copy targets and sources both come from the process's shared metadata-only watch of their
 //!   kind ([`ConfigWatches`]); no watch of its own. `--watch-label-selector` shards the targets.
-//!   A [`ReverseIndex`] maps a source to the targets whose `copyFrom` names it, so a change of a
+//!   A [`ReverseIndex`] maps a source to the targets that name it, so a change of a
 //!   source re-syncs its copies (copies always track their source; stricter than Flux Operator,
-//!   which needs `reconcile.fluxcd.io/watch: Enabled` on the source).
+//!   which needs `reconcile.fluxcd.io/watch: Enabled` on the source). Namespaces come from the
+//!   runtime's one shared metadata watch of them: reflector's consent may select target
+//!   namespaces by label, and a namespace whose labels change wakes the targets in it.
 //! - A reconcile reads the target and its source (data is read here and dropped, never cached),
-//!   asks the pure modules for consent and for the desired copy, and writes it through the
-//!   [`executor`](super::executor).
+//!   asks the pure modules for consent ([`consent::decide`]) and for the desired copy
+//!   ([`pull_copy_as`]), and writes it through the [`executor`](super::executor). It compares
+//!   content, never a recorded version, so a target re-applied empty (a Helm upgrade, an Argo
+//!   sync) is filled again on the event that re-applied it.
 //! - Refusals, missing sources and type conflicts become a Warning Event on the target, a log
 //!   line and a metric, and are retried with backoff; every other target keeps being served.
 
@@ -20,13 +24,13 @@ use std::time::Duration;
 
 use conflux_runtime::backoff::{KeyedBackoff, Policy};
 use conflux_runtime::events::{Problems, recorder};
-use conflux_runtime::{Health, Runtime};
+use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::Recorder;
-use kube::runtime::reflector::ObjectRef as KubeObjectRef;
+use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info};
 use watch_index::index::ReverseIndex;
@@ -40,11 +44,11 @@ use super::executor::{
 };
 use super::{ApplyLabels, CopyMetrics, concurrency};
 use crate::consent;
-use crate::copy_from::{COPY_FROM_ANNOTATION, copy_source};
-use crate::desired::{WriteMode, pull_copy};
+use crate::copy_from::{Pull, pull, pull_references};
+use crate::desired::{WriteMode, pull_copy_as};
 use crate::ownership::resource_set_of;
-use crate::{Error, SourceKind, SourceRef};
-use conflux_runtime::sync::{lock, write};
+use crate::{Error, NamespaceView, SourceKind};
+use conflux_runtime::sync::{lock, read, write};
 
 /// How often a healthy copy is checked again even when nothing was seen to change.
 pub const RESYNC_INTERVAL: Duration = Duration::from_secs(600);
@@ -79,6 +83,8 @@ pub struct Context {
     problems: Problems,
     /// ResourceSet-generated targets already reported as left to Flux Operator (logged once).
     left_to_flux_operator: std::sync::Mutex<std::collections::HashSet<(String, String)>>,
+    /// Every namespace (metadata), for consent that selects namespaces by label.
+    namespaces: RwLock<Option<Informer<PartialObjectMeta<Namespace>>>>,
 }
 
 impl Debug for Context {
@@ -97,12 +103,29 @@ impl Context {
             client,
             config,
             metrics,
-            refs: ReferenceSet::flux(),
+            refs: pull_references(),
             index: RwLock::new(ReverseIndex::new()),
             backoff: KeyedBackoff::new(Policy::RECONCILE),
             problems: Problems::default(),
             left_to_flux_operator: Default::default(),
+            namespaces: RwLock::new(None),
         })
+    }
+
+    /// The labels of `namespace` (`None` when it has none or does not exist), once every
+    /// namespace was listed: before that, a consent by label could be refused wrongly.
+    fn namespace_labels(
+        &self,
+        namespace: &str,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, Error> {
+        let informer = read(&self.namespaces).clone();
+        match informer {
+            Some(informer) if informer.has_listed() => Ok(informer
+                .store()
+                .get(&KubeObjectRef::new(namespace))
+                .and_then(|ns| ns.metadata.labels.clone())),
+            _ => Err(Error::NotListed { what: "Namespaces" }),
+        }
     }
 
     /// Whether an object is a copy target this instance handles (shard, namespace, and not one
@@ -120,6 +143,15 @@ impl Context {
         let Some(resource_set) = resource_set_of(meta.labels.as_ref()) else {
             return true;
         };
+        // Flux Operator copies only `copyFrom`; a generated object using another tool's
+        // annotation is conflux's to copy.
+        let copy_from = meta
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(crate::copy_from::COPY_FROM_ANNOTATION));
+        if !copy_from {
+            return true;
+        }
         let id = conflux_runtime::client::object_id(meta);
         let first = lock(&self.left_to_flux_operator).insert(id.clone());
         if first {
@@ -133,47 +165,65 @@ impl Context {
 /// part of the runtime's health.
 pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     let health = runtime.health().part("copy");
+    let namespaces: Informer<PartialObjectMeta<Namespace>> = runtime.namespaces(&health);
+    *write(&ctx.namespaces) = Some(namespaces.clone());
     tokio::join!(
-        run_kind::<ConfigMap>(&configs, ctx.clone(), health.part("ConfigMap")),
-        run_kind::<Secret>(&configs, ctx, health.part("Secret")),
+        run_kind::<ConfigMap>(&configs, &namespaces, ctx.clone(), health.part("ConfigMap")),
+        run_kind::<Secret>(&configs, &namespaces, ctx, health.part("Secret")),
     );
+}
+
+/// Whether an object is a pull target (or malformed as one: reported on it).
+fn is_target(kind: SourceKind, meta: &kube::api::ObjectMeta) -> bool {
+    !matches!(wanted(kind, meta), Ok(None))
+}
+
+fn wanted(kind: SourceKind, meta: &kube::api::ObjectMeta) -> crate::Result<Option<Pull>> {
+    pull(
+        "v1",
+        kind.as_str(),
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.annotations.as_ref(),
+    )
 }
 
 async fn run_kind<K: ConfigResource>(
     configs: &ConfigWatches,
+    namespaces: &Informer<PartialObjectMeta<Namespace>>,
     ctx: Arc<Context>,
     health: Arc<Health>,
 ) {
     let kind = SourceKind::from(K::KIND);
     let informer = configs.informer::<K>();
     let target_ctx = ctx.clone();
-    // Only the copy targets (objects with a copy annotation) are kept for the controller; the
+    // Only the copy targets (objects with a pull annotation) are kept for the controller; the
     // shared store keeps every object, compactly.
     let (store, targets) = informer
         .subscribe(&format!("copy targets {kind}"))
-        .touched_keeping(move |meta: &PartialObjectMeta<K>| {
-            !matches!(
-                copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
-                Ok(None)
-            )
-        });
+        .touched_keeping(move |meta: &PartialObjectMeta<K>| is_target(kind, &meta.metadata));
     let targets = targets.filter(move |meta| {
-        let keep = target_ctx.handles(&meta.metadata)
-            && !matches!(
-                copy_source("v1", kind.as_str(), meta.metadata.annotations.as_ref()),
-                Ok(None)
-            );
+        let keep = target_ctx.handles(&meta.metadata) && is_target(kind, &meta.metadata);
         async move { keep }
     });
     let sources = informer
         .subscribe(&format!("copy sources {kind}"))
         .touched();
     let mapper_ctx = ctx.clone();
+    let namespace_ctx = ctx.clone();
+    let in_namespace = store.clone();
     let controller = Controller::for_shared_stream(targets, store)
         .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
-        .watches_shared_stream(sources, move |meta| copies_of(&mapper_ctx, kind, &meta));
+        .watches_shared_stream(sources, move |meta| copies_of(&mapper_ctx, kind, &meta))
+        .watches_shared_stream(
+            namespaces
+                .subscribe(&format!("copy namespaces {kind}"))
+                .touched(),
+            move |ns| targets_in(&namespace_ctx, &in_namespace, &ns.name_any()),
+        );
     let listed = async {
         informer.wait_synced().await;
+        namespaces.wait_synced().await;
         info!(%kind, "copy: targets listed");
         health.set_ready(true);
     };
@@ -199,6 +249,22 @@ async fn run_kind<K: ConfigResource>(
             }
         });
     futures::join!(listed, controller);
+}
+
+/// The pull targets this instance handles in a namespace: a change of its labels may grant or
+/// withdraw consent.
+fn targets_in<K: ConfigResource>(
+    ctx: &Context,
+    store: &Store<PartialObjectMeta<K>>,
+    namespace: &str,
+) -> Vec<KubeObjectRef<PartialObjectMeta<K>>> {
+    store
+        .state()
+        .iter()
+        .filter(|t| t.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|t| ctx.handles(&t.metadata))
+        .map(|t| KubeObjectRef::from_obj(&**t))
+        .collect()
 }
 
 /// Keeps the target → source index in step with one object and returns the copy targets of that
@@ -245,9 +311,9 @@ async fn reconcile<K: ConfigResource>(
 ) -> Result<Action, Error> {
     let namespace = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
-    let wanted = match copy_source("v1", kind.as_str(), obj.metadata.annotations.as_ref()) {
+    let wanted = match wanted(kind, &obj.metadata) {
         Ok(None) => return Ok(Action::await_change()),
-        Ok(Some(source)) => Ok(source),
+        Ok(Some(pull)) => Ok(pull),
         Err(malformed) => Err(malformed),
     };
     let key = format!("{kind}/{namespace}/{name}");
@@ -299,12 +365,12 @@ async fn sync_copy(
     kind: SourceKind,
     namespace: &str,
     name: &str,
-    wanted: crate::Result<SourceRef>,
+    wanted: crate::Result<Pull>,
 ) -> Result<Option<&'static str>, Error> {
-    let source_ref = wanted?;
-    if source_ref.namespace == namespace && source_ref.name == name {
-        return Err(Error::CopyOfItself { source_ref });
-    }
+    let Pull {
+        source: source_ref,
+        via,
+    } = wanted?;
     // The source first: a target whose source is missing or refused costs one request per
     // retry, not two.
     let source = match get_object(&ctx.client, kind, &source_ref.namespace, &source_ref.name).await
@@ -324,30 +390,34 @@ async fn sync_copy(
         }
         Err(err) => return Err(err),
     };
-    consent::check(
-        &source_ref,
-        source.metadata().annotations.as_ref(),
-        namespace,
-    )
-    .map_err(Error::from)?;
+    let source_annotations = source.metadata().annotations.as_ref();
+    let labels = if source_ref.namespace != namespace
+        && consent::needs_namespace_labels(source_annotations)
+    {
+        ctx.namespace_labels(namespace)?
+    } else {
+        None
+    };
+    let mut view = NamespaceView::new(namespace);
+    if let Some(labels) = &labels {
+        view = view.labels(labels);
+    }
+    consent::decide(&source_ref, source_annotations, view, via)?;
     let Some(target) = get_object(&ctx.client, kind, namespace, name).await? else {
         return Ok(None);
     };
-    let desired = pull_copy(&source, &target)?;
+    let desired = pull_copy_as(&source, &target, via)?;
     match desired.mode {
         WriteMode::Unchanged => Ok(None),
         WriteMode::Apply => {
             let written = apply_returning_meta(&ctx.client, &desired.object).await?;
             let recreated = written.uid.is_some() && written.uid != target.metadata().uid;
-            let asked = written
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(COPY_FROM_ANNOTATION));
+            let asked = is_target(kind, &written);
             if recreated && !asked {
                 // The target was deleted after it was read, and the apply created it again (a
                 // server-side apply creates what does not exist). Nobody asks for that object:
                 // delete exactly the one just created. (A target re-created by its owner in the
-                // meantime carries copyFrom and is kept.)
+                // meantime carries its pull annotation and is kept.)
                 if let Some(uid) = &written.uid {
                     delete_uid(&ctx.client, kind, namespace, name, uid).await?;
                 }

@@ -1,8 +1,8 @@
 //! The copy and fan-out controllers, to embed (feature `runtime`): the async kube glue around the
 //! pure modules, on conflux-runtime's shared watches (docs/design.md section 4).
 //!
-//! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`).
-//! - [`sync`]: fan-out copies (`ConfigSync`, and kopy-annotated sources).
+//! - [`copy`]: pull copies (`fluxcd.controlplane.io/copyFrom`, `reflects`, `replicate-from`).
+//! - [`sync`]: fan-out copies (`ConfigSync`, and sources annotated by kopy, reflector, replicator).
 //! - [`executor`]: the reads and writes of copies, each bounded in time.
 //! - [`protect`]: the admission webhook that protects sources, and the labeller that marks them.
 //! - [`protect_policy`]: the same protection as a ValidatingAdmissionPolicy the API server

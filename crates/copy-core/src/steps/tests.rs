@@ -834,3 +834,292 @@ proptest::proptest! {
         }
     }
 }
+
+/// A source annotated for reflector's auto mirrors and replicator's push, trusted.
+fn annotated_fan_out(src: &ConfigObject, annotations: &[(&str, &str)]) -> FanOut {
+    FanOut::from_annotations(
+        &src.source_ref(),
+        src.metadata().labels.as_ref(),
+        Some(&map(annotations)),
+        ["flux-system"],
+    )
+    .unwrap()
+    .expect("annotated")
+}
+
+/// What a peer left in a namespace before conflux took over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Peer {
+    Kopy,
+    ReflectorAuto,
+    ReflectorAutoOfAnother,
+    ReflectorDirect,
+    Replicator,
+    ReplicatorWithOwnKey,
+}
+
+fn peer_copy(ns: &str, peer: Peer) -> ConfigObject {
+    let mut copy = secret(ns, "tok", "Opaque", &[("token", "old")]);
+    let meta = copy.metadata_mut();
+    match peer {
+        Peer::Kopy => {
+            meta.labels = Some(map(&[(
+                crate::fan_out::KOPY_ORIGIN_NAMESPACE_LABEL,
+                "flux-system",
+            )]));
+        }
+        Peer::ReflectorAuto | Peer::ReflectorAutoOfAnother | Peer::ReflectorDirect => {
+            let from = if peer == Peer::ReflectorAutoOfAnother {
+                "elsewhere/tok"
+            } else {
+                "flux-system/tok"
+            };
+            let mut annotations = map(&[(crate::reflector::REFLECTS, from)]);
+            if peer != Peer::ReflectorDirect {
+                annotations.insert(
+                    crate::reflector::AUTO_REFLECTS.to_owned(),
+                    "True".to_owned(),
+                );
+            }
+            meta.annotations = Some(annotations);
+        }
+        Peer::Replicator | Peer::ReplicatorWithOwnKey => {
+            meta.annotations = Some(map(&[(crate::replicator::REPLICATED_KEYS, "token")]));
+        }
+    }
+    if peer == Peer::ReplicatorWithOwnKey
+        && let ConfigObject::Secret(s) = &mut copy
+    {
+        s.data
+            .get_or_insert_with(BTreeMap::new)
+            .insert("mine".to_owned(), ByteString(b"kept".to_vec()));
+    }
+    copy
+}
+
+/// Switching over: the copies kopy, reflector (automatic mirrors) and replicator (copies holding
+/// only replicated keys) made of this very source are adopted, whatever the conflict policy;
+/// anything else of that name is left alone and reported.
+#[test]
+fn predecessors_copies_are_adopted_and_nothing_else() {
+    let src = source(&[("token", "v")]);
+    let f = annotated_fan_out(
+        &src,
+        &[
+            ("kopy.kot-labs.com/sync", "role=tenant"),
+            (crate::reflector::ALLOWED, "true"),
+            (crate::reflector::AUTO_ENABLED, "true"),
+            (crate::replicator::REPLICATE_TO, "team-.*"),
+        ],
+    );
+    let cases = [
+        (Peer::Kopy, "adopt team-a"),
+        (Peer::ReflectorAuto, "adopt team-a"),
+        (Peer::Replicator, "adopt team-a"),
+        (Peer::ReflectorAutoOfAnother, "skip team-a"),
+        (Peer::ReflectorDirect, "skip team-a"),
+        (Peer::ReplicatorWithOwnKey, "skip team-a"),
+    ];
+    let cluster: &[Ns] = &[("flux-system", PLAIN, false), ("team-a", TENANT, false)];
+    for (peer, want) in cases {
+        let mut objects = vec![peer_copy("team-a", peer)];
+        let steps = plan(&f, Some(&src), cluster, &objects);
+        assert_eq!(steps, [want], "{peer:?}");
+        let ns = views(cluster);
+        let steps = plan_sync(
+            &f,
+            Some(&src),
+            ns.iter()
+                .map(|(n, l, t)| NamespaceView::new(n).labels(l).terminating(*t)),
+            &objects,
+        );
+        execute(&mut objects, &steps);
+        if want.starts_with("adopt") {
+            assert!(
+                objects[0].same_content(&src),
+                "{peer:?}: the copy follows the source"
+            );
+            assert!(
+                f.owner.owns(objects[0].metadata().labels.as_ref()),
+                "{peer:?}"
+            );
+            assert_eq!(
+                plan(&f, Some(&src), cluster, &objects),
+                ["in-sync team-a"],
+                "{peer:?}: adopted once, then in sync"
+            );
+        } else {
+            assert_eq!(objects[0], peer_copy("team-a", peer), "{peer:?}: untouched");
+        }
+    }
+}
+
+/// A copy another conflux owner made is never adopted, even when it carries a predecessor's
+/// marks: two owners taking turns would flap.
+#[test]
+fn predecessor_marks_do_not_override_another_conflux_owner() {
+    let src = source(&[("token", "v")]);
+    let f = annotated_fan_out(&src, &[(crate::replicator::REPLICATE_TO, "team-a")]);
+    let mut other = peer_copy("team-a", Peer::Replicator);
+    other.metadata_mut().labels = Some(
+        Owner::ConfigSync {
+            name: "other".to_owned(),
+        }
+        .labels(),
+    );
+    let cluster: &[Ns] = &[("flux-system", PLAIN, false), ("team-a", PLAIN, false)];
+    assert_eq!(plan(&f, Some(&src), cluster, &[other]), ["skip team-a"]);
+}
+
+/// replicator's push copies carry the source's labels (unless `strip-labels`), under conflux's
+/// ownership labels; reflector's auto mirrors carry none, as in reflector.
+#[test]
+fn replicator_copies_carry_the_source_labels_reflector_copies_do_not() {
+    let mut src = source(&[("token", "v")]);
+    src.metadata_mut().labels = Some(map(&[
+        ("app", "kafka"),
+        (MANAGED_BY_LABEL, "strimzi-user-operator"),
+    ]));
+    let cluster: &[Ns] = &[("flux-system", PLAIN, false), ("team-a", PLAIN, false)];
+    let labels_of = |f: &FanOut| {
+        let steps = plan_sync(
+            f,
+            Some(&src),
+            views(cluster)
+                .iter()
+                .map(|(n, l, t)| NamespaceView::new(n).labels(l).terminating(*t))
+                .collect::<Vec<_>>(),
+            &[],
+        );
+        let Step::Create { object } = &steps[0] else {
+            panic!("{steps:?}")
+        };
+        object.metadata().labels.clone().unwrap_or_default()
+    };
+    let pushed = labels_of(&annotated_fan_out(
+        &src,
+        &[(crate::replicator::REPLICATE_TO, "team-a")],
+    ));
+    assert_eq!(pushed["app"], "kafka");
+    assert_eq!(pushed[MANAGED_BY_LABEL], "conflux", "ownership wins");
+    let stripped = labels_of(&annotated_fan_out(
+        &src,
+        &[
+            (crate::replicator::REPLICATE_TO, "team-a"),
+            (crate::replicator::STRIP_LABELS, "true"),
+        ],
+    ));
+    assert!(!stripped.contains_key("app"));
+    let mirrored = labels_of(&annotated_fan_out(
+        &src,
+        &[
+            (crate::reflector::ALLOWED, "true"),
+            (crate::reflector::AUTO_ENABLED, "true"),
+        ],
+    ));
+    assert!(!mirrored.contains_key("app"));
+}
+
+const PEERS: [Option<Peer>; 7] = [
+    None,
+    Some(Peer::Kopy),
+    Some(Peer::ReflectorAuto),
+    Some(Peer::ReflectorAutoOfAnother),
+    Some(Peer::ReflectorDirect),
+    Some(Peer::Replicator),
+    Some(Peer::ReplicatorWithOwnKey),
+];
+
+proptest::proptest! {
+    /// Switching from a peer converges in one plan too, never writes a key someone else put
+    /// there (objects it does not adopt are left exactly as they were), and never deletes one.
+    #[test]
+    fn switching_from_a_peer_converges_and_loses_nothing(
+        rows in proptest::collection::vec((proptest::bool::ANY, 0..PEERS.len()), 0..8),
+    ) {
+        let src = source(&[("token", "v"), ("user", "u")]);
+        let f = annotated_fan_out(
+            &src,
+            &[
+                ("kopy.kot-labs.com/sync", "role=tenant"),
+                (crate::reflector::ALLOWED, "true"),
+                (crate::reflector::AUTO_ENABLED, "true"),
+                (crate::reflector::AUTO_NAMESPACES_SELECTOR, "role=tenant"),
+                (crate::replicator::REPLICATE_TO_MATCHING, "role=tenant"),
+            ],
+        );
+        let names: Vec<String> = (0..rows.len()).map(|i| format!("ns-{i}")).collect();
+        let tenant = map(TENANT);
+        let plain = map(PLAIN);
+        let namespaces: Vec<NamespaceView<'_>> = rows
+            .iter()
+            .zip(&names)
+            .map(|((selected, _), name)| {
+                NamespaceView::new(name).labels(if *selected { &tenant } else { &plain })
+            })
+            .collect();
+        let mut objects: Vec<ConfigObject> = rows
+            .iter()
+            .zip(&names)
+            .filter_map(|((_, peer), ns)| PEERS[*peer].map(|p| peer_copy(ns, p)))
+            .collect();
+        let initial = objects.clone();
+        let steps = plan_sync(&f, Some(&src), namespaces.iter().copied(), &objects);
+        for step in &steps {
+            proptest::prop_assert!(!matches!(step, Step::Delete { .. }), "deleted a peer's object: {step:?}");
+        }
+        execute(&mut objects, &steps);
+        let again = plan_sync(&f, Some(&src), namespaces.iter().copied(), &objects);
+        proptest::prop_assert!(again.iter().all(Step::is_noop), "second plan: {:?}", again.iter().map(summary).collect::<Vec<_>>());
+        for was in &initial {
+            let now = objects.iter().find(|o| o.namespace() == was.namespace());
+            let adopted = now.is_some_and(|n| f.owner.owns(n.metadata().labels.as_ref()));
+            if !adopted {
+                proptest::prop_assert_eq!(now, Some(was), "an object not adopted is untouched");
+            }
+        }
+    }
+}
+
+/// A replicator source is deleted: its copies are orphaned with their data and with the source
+/// labels they carry (the owner, gone with the source, no longer knows them).
+#[test]
+fn orphaned_copies_keep_the_labels_they_carry() {
+    let mut src = source(&[("token", "v")]);
+    src.metadata_mut().labels = Some(map(&[("app", "kafka")]));
+    let live = annotated_fan_out(&src, &[(crate::replicator::REPLICATE_TO, "team-a")]);
+    let objects = vec![our_copy(&live, &src, "team-a")];
+    let gone = FanOut::of_source(&src.source_ref(), crate::Selection::nothing());
+    let steps = plan_sync(&gone, None, views_of(CLUSTER).iter().map(view), &objects);
+    let [Step::MarkOrphaned { object }] = &steps[..] else {
+        panic!("{steps:?}")
+    };
+    let labels = object.metadata().labels.as_ref().unwrap();
+    assert_eq!(labels["app"], "kafka");
+    assert!(gone.owner.owns(Some(labels)));
+    assert!(object.same_content(&src), "the data stays");
+}
+
+/// A replicator source that is itself a copy (of a ConfigSync) passes its labels on, but not its
+/// owner's: the ConfigSync must not see the pushed copies as its own and prune them.
+#[test]
+fn pushed_copies_never_take_another_owners_labels() {
+    let sync = fan_out(serde_json::json!({}));
+    let mut src = our_copy(&sync, &source(&[("token", "v")]), "flux-system");
+    src.metadata_mut()
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert("app".to_owned(), "kafka".to_owned());
+    let pushed = annotated_fan_out(&src, &[(crate::replicator::REPLICATE_TO, "team-a")]);
+    let steps = plan_sync(&pushed, Some(&src), views_of(CLUSTER).iter().map(view), &[]);
+    let [Step::Create { object }] = &steps[..] else {
+        panic!("{steps:?}")
+    };
+    let labels = object.metadata().labels.as_ref();
+    assert_eq!(labels.unwrap()["app"], "kafka");
+    assert!(pushed.owner.owns(labels));
+    assert!(
+        !sync.owner.owns(labels),
+        "the ConfigSync does not own the pushed copy"
+    );
+}

@@ -122,6 +122,17 @@ impl Conflux {
         }
     }
 
+    /// A conflux process started otherwise (from the image, in a chroot), serving its metrics and
+    /// health endpoints on these ports of 127.0.0.1, logging to `log`.
+    pub fn adopt(child: Child, metrics_port: u16, health_port: u16, log: PathBuf) -> Self {
+        Conflux {
+            child,
+            health_port,
+            metrics_port,
+            log,
+        }
+    }
+
     /// Waits (bounded) until `/readyz` answers 200.
     pub async fn wait_ready(&mut self) {
         let port = self.health_port;

@@ -1,4 +1,4 @@
-//! The fan-out itself, shared by ConfigSyncs and kopy sources: plan, execute the steps
+//! The fan-out itself, shared by ConfigSyncs and annotated sources: plan, execute the steps
 //! `--concurrent` at a time, and report.
 
 use super::*;

@@ -1,6 +1,8 @@
 //! The `sync` controller: fan-out copies of one ConfigMap or Secret into many namespaces, from a
-//! cluster-scoped `ConfigSync` or from a source annotated `kopy.kot-labs.com/sync` /
-//! `flynshue.io/sync` in a namespace listed in `--sync-source-namespaces` (docs/design.md 4.2).
+//! cluster-scoped `ConfigSync` or from a source annotated for fan-out (kopy's
+//! `kopy.kot-labs.com/sync` / `flynshue.io/sync`, reflector's `reflection-auto-enabled`,
+//! replicator's `replicate-to` / `replicate-to-matching`) in a namespace listed in
+//! `--sync-source-namespaces` (docs/design.md 4.2).
 //!
 //! Observe → decide → act → report:
 //! - ConfigSyncs are the primary objects of a [`Controller`] (`--watch-label-selector` shards
@@ -17,15 +19,16 @@
 //! - The outcome becomes the ConfigSync's status (`Ready`, observedGeneration, counts, first
 //!   failures) and Events (conflicts, missing source, failures; never data). Failures are retried
 //!   with backoff. A finalizer on the ConfigSync (never on copies) applies the deletion policy.
-//! - kopy-annotated sources are the primary objects of a second controller (one per kind); an
+//! - Annotated sources are the primary objects of a second controller (one per kind); an
 //!   annotation outside the trusted namespaces is refused with a Warning Event.
 //!
-//! Files: `config_sync` (the ConfigSync controller), `kopy` (the kopy controllers), `fan_out`
-//! (the fan-out both run); this one holds the settings, the shared context and the wiring.
+//! Files: `config_sync` (the ConfigSync controller), `annotated` (the annotated-source
+//! controllers), `fan_out` (the fan-out both run); this one holds the settings, the shared context
+//! and the wiring.
 
+mod annotated;
 mod config_sync;
 mod fan_out;
-mod kopy;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
@@ -60,28 +63,31 @@ use crate::ownership::{
 };
 use crate::status::SyncOutcome;
 use crate::{
-    ConfigSync, Error, FanOut, NamespaceView, SourceKind, SourceRef, Step, plan_deletion, plan_sync,
+    ConfigSync, Error, FanOut, NamespaceView, Selection, SourceKind, SourceRef, Step,
+    plan_deletion, plan_sync,
 };
+use annotated::*;
 use config_sync::*;
 use conflux_runtime::sync::{read, write};
 use fan_out::*;
-use kopy::*;
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
-    /// `--watch-label-selector`: only ConfigSyncs and kopy sources with matching labels are handled
-    /// (sharding).
+    /// `--watch-label-selector`: only ConfigSyncs and annotated sources with matching labels are
+    /// handled (sharding).
     pub object_selector: Selector,
-    /// `--sync-source-namespaces`: namespaces whose kopy-annotated sources are trusted.
+    /// `--sync-source-namespaces`: namespaces whose annotated sources (kopy, reflector, replicator)
+    /// are trusted.
     pub sync_source_namespaces: Vec<String>,
-    /// `--concurrent`: ConfigSyncs (and kopy sources) reconciled in parallel.
+    /// `--concurrent`: ConfigSyncs (and annotated sources) reconciled in parallel.
     pub concurrent: usize,
     /// `--fan-out-concurrency`: copies one fan-out writes in parallel. The API server serves a
     /// fan-out fastest with 16–32 writes in flight; one at a time per reconcile would make a
     /// 1,000-namespace fan-out several times slower.
     pub fan_out_concurrency: usize,
-    /// Only kopy sources in this namespace (`--watch-all-namespaces=false`), or in all when `None`.
+    /// Only annotated sources in this namespace (`--watch-all-namespaces=false`), or in all when
+    /// `None`.
     /// ConfigSyncs are cluster-scoped and always handled.
     pub namespace: Option<String>,
 }
@@ -93,11 +99,11 @@ pub struct Context {
     metrics: Arc<CopyMetrics>,
     recorder: Recorder,
     backoff: KeyedBackoff<String>,
-    /// The problems of each ConfigSync and kopy source, so each is reported once.
+    /// The problems of each ConfigSync and annotated source, so each is reported once.
     problems: Problems,
-    /// kopy sources seen owning copies (from the copies' labels), so a source whose annotation was
-    /// removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
-    kopy_owners: RwLock<HashSet<SourceRef>>,
+    /// Annotated sources seen owning copies (from the copies' labels), so a source whose annotation
+    /// was removed releases them. Rebuilt from the cluster on start; a hint, not the truth.
+    source_owners: RwLock<HashSet<SourceRef>>,
     /// Every namespace (metadata), from the shared watch: the fan-out's targets.
     namespaces: RwLock<Option<Informer<PartialObjectMeta<Namespace>>>>,
 }
@@ -120,7 +126,7 @@ impl Context {
             metrics,
             backoff: KeyedBackoff::new(Policy::RECONCILE),
             problems: Problems::default(),
-            kopy_owners: RwLock::new(HashSet::new()),
+            source_owners: RwLock::new(HashSet::new()),
             namespaces: RwLock::new(None),
         })
     }
@@ -135,7 +141,7 @@ impl Context {
     }
 }
 
-/// Runs the controller (ConfigSyncs, and kopy sources of both kinds) until the process ends;
+/// Runs the controller (ConfigSyncs, and annotated sources of both kinds) until the process ends;
 /// readiness is a `sync` part of the runtime's health. A missing ConfigSync CRD is retried with
 /// backoff (and readiness says so) rather than ending the process.
 pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
@@ -150,8 +156,8 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     );
     tokio::join!(
         run_config_syncs(ctx.clone(), &syncs, &namespaces, &configs),
-        run_kopy::<ConfigMap>(ctx.clone(), &runtime, &namespaces, &configs, &health),
-        run_kopy::<Secret>(ctx, &runtime, &namespaces, &configs, &health),
+        run_annotated::<ConfigMap>(ctx.clone(), &runtime, &namespaces, &configs, &health),
+        run_annotated::<Secret>(ctx, &runtime, &namespaces, &configs, &health),
     );
 }
 

@@ -1,9 +1,18 @@
-//! kopy-annotated sources (`kopy.kot-labs.com/sync`, `flynshue.io/sync`) in a trusted namespace,
-//! the primary objects of a controller per kind; their copies are orphaned when they go.
+//! Sources annotated for fan-out (kopy's `kopy.kot-labs.com/sync` / `flynshue.io/sync`,
+//! reflector's `reflection-auto-enabled`, replicator's `replicate-to` / `replicate-to-matching`)
+//! in a trusted namespace, the primary objects of a controller per kind
+//! ([`FanOut::from_annotations`]); their copies are orphaned when they go, released when the
+//! annotation goes.
+//!
+//! Level-triggered from the shared informers: a namespace event re-plans every trusted annotated
+//! source from the stores, and an event on one of our copies, or on any object named like an
+//! annotated source, re-plans that source. So a namespace created while a watch reconnects, a copy
+//! deleted by hand, or a conflicting object that goes away is never missed (the failures reflector
+//! and replicator users report: copies that stop until a restart).
 
 use super::*;
 
-pub(super) async fn run_kopy<K: ConfigResource>(
+pub(super) async fn run_annotated<K: ConfigResource>(
     ctx: Arc<Context>,
     runtime: &Runtime,
     namespaces: &Informer<PartialObjectMeta<Namespace>>,
@@ -14,7 +23,7 @@ pub(super) async fn run_kopy<K: ConfigResource>(
     let informer = configs.informer::<K>();
     let trusted = ctx.config.sync_source_namespaces.clone();
     let source_ctx = ctx.clone();
-    // Sources: kopy-annotated ones in this shard, and those known to own copies (so removing the
+    // Sources: annotated ones in this shard, and those known to own copies (so removing the
     // annotation releases them). Deletions come through too; the controller answers them with
     // `ObjectNotFound`, handled below.
     // The controller's store holds only these (the shared one keeps every object, compactly).
@@ -29,8 +38,8 @@ pub(super) async fn run_kopy<K: ConfigResource>(
                 .as_ref()
                 .is_none_or(|ns| Some(ns) == m.namespace.as_ref());
         in_scope
-            && (kopy_annotation(m.annotations.as_ref())
-                || read(&source_ctx.kopy_owners).contains(&SourceRef::new(
+            && (fan_out_annotation(m.annotations.as_ref())
+                || read(&source_ctx.source_owners).contains(&SourceRef::new(
                     kind,
                     m.namespace.clone().unwrap_or_default(),
                     m.name.clone().unwrap_or_default(),
@@ -38,41 +47,35 @@ pub(super) async fn run_kopy<K: ConfigResource>(
     });
     let keep = wanted.clone();
     let (store, sources) = informer
-        .subscribe(&format!("kopy sources {kind}"))
+        .subscribe(&format!("annotated sources {kind}"))
         .touched_keeping(move |meta: &PartialObjectMeta<K>| keep(meta));
     let sources = sources.filter(move |meta| {
         let keep = wanted(meta);
         async move { keep }
     });
-    let owners_ctx = ctx.clone();
-    let copies = informer
-        .subscribe(&format!("kopy copies {kind}"))
-        .touched()
-        .filter(|meta| {
-            let labels = meta.metadata.labels.as_ref();
-            let ours = labels.is_some_and(|l| {
-                l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
-                    && l.contains_key(SOURCE_NAME_LABEL)
-            });
-            async move { ours }
-        });
-    let controller = Controller::for_shared_stream(sources, store.clone())
+    let related_ctx = ctx.clone();
+    let related_store = store.clone();
+    let namespace_store = store.clone();
+    let controller = Controller::for_shared_stream(sources, store)
         .with_config(controller::Config::default().concurrency(concurrency(ctx.config.concurrent)))
         .watches_shared_stream(
             namespaces
-                .subscribe(&format!("kopy namespaces {kind}"))
+                .subscribe(&format!("annotated namespaces {kind}"))
                 .touched(),
-            move |_ns| kopy_sources(&store, &trusted),
+            move |_ns| annotated_sources(&namespace_store, &trusted),
         )
-        .watches_shared_stream(copies, move |meta| {
-            kopy_owner_of(&owners_ctx, kind, &meta.metadata)
-        });
+        .watches_shared_stream(
+            informer
+                .subscribe(&format!("annotated related {kind}"))
+                .touched(),
+            move |meta| related_sources(&related_ctx, &related_store, kind, &meta.metadata),
+        );
     let _ = health;
     let orphan_ctx = ctx.clone();
     let tasks = runtime.tasks().clone();
     controller
         .run(
-            move |obj, ctx| reconcile_kopy(obj, ctx, kind),
+            move |obj, ctx| reconcile_annotated(obj, ctx, kind),
             move |obj, err, ctx| {
                 let wait = err.is_input_problem() || matches!(err, Error::SourceUnavailable { .. });
                 requeue_object(&ctx.backoff, kind, &*obj, err, wait, "sync")
@@ -83,16 +86,16 @@ pub(super) async fn run_kopy<K: ConfigResource>(
             let (ctx, tasks) = (orphan_ctx.clone(), tasks.clone());
             async move {
                 match result {
-                    // A kopy source (or the owner named by a copy) that no longer exists.
+                    // An annotated source (or the owner named by a copy) that no longer exists.
                     Err(controller::Error::ObjectNotFound(gone)) => {
                         let source = SourceRef::new(
                             kind,
                             gone.namespace.clone().unwrap_or_default(),
                             gone.name.clone(),
                         );
-                        tasks.spawn(async move { orphan_kopy_copies(&ctx, source).await });
+                        tasks.spawn(async move { orphan_copies(&ctx, source).await });
                     }
-                    Err(err) => debug!(error = %err, "sync: kopy controller event"),
+                    Err(err) => debug!(error = %err, "sync: annotated sources controller event"),
                     Ok(_) => {}
                 }
             }
@@ -100,22 +103,22 @@ pub(super) async fn run_kopy<K: ConfigResource>(
         .await;
 }
 
-/// A kopy source is gone: its copies are kept (workloads keep running) and marked orphaned, and
-/// an Event says so.
-pub(super) async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
+/// An annotated source is gone: its copies are kept (workloads keep running) and marked orphaned,
+/// and an Event says so.
+pub(super) async fn orphan_copies(ctx: &Context, source: SourceRef) {
     let result: Result<usize, Error> = async {
         if let Some(object) =
             get_object(&ctx.client, source.kind, &source.namespace, &source.name).await?
         {
-            // It exists, without the kopy annotation (the controller keeps only annotated
+            // It exists, without a fan-out annotation (the controller keeps only annotated
             // sources): release the copies it owned, if it owned any.
-            if !kopy_annotation(object.metadata().annotations.as_ref()) {
+            if !fan_out_annotation(object.metadata().annotations.as_ref()) {
                 let reference = object_reference(source.kind, object.metadata());
-                release_kopy(ctx, &source, &reference).await?;
+                release(ctx, &source, &reference).await?;
             }
             return Ok(0);
         }
-        let fan_out = FanOut::kopy(&source, Selector::nothing());
+        let fan_out = FanOut::of_source(&source, Selection::nothing());
         let observed = list_objects(&ctx.client, source.kind, &owner_list(&fan_out)).await?;
         let steps = plan_sync(&fan_out, None, std::iter::empty(), &observed);
         let count = steps.len();
@@ -144,28 +147,38 @@ pub(super) async fn orphan_kopy_copies(ctx: &Context, source: SourceRef) {
     match result {
         Ok(0) => {}
         Ok(count) => {
-            info!(source = %source, copies = count, "sync: kopy source deleted, copies marked orphaned")
+            info!(source = %source, copies = count, "sync: annotated source deleted, copies marked orphaned")
         }
         Err(err) => {
-            warn!(source = %source, error = %err, "sync: cannot mark the copies of a deleted kopy source")
+            warn!(source = %source, error = %err, "sync: cannot mark the copies of a deleted annotated source")
         }
     }
 }
 
-pub(super) fn kopy_annotation(annotations: Option<&BTreeMap<String, String>>) -> bool {
+/// Whether a ConfigMap/Secret carries an annotation asking for fan-out (kopy, reflector,
+/// replicator); what it asks for, and whether it may, is [`FanOut::from_annotations`]'s.
+pub(super) fn fan_out_annotation(annotations: Option<&BTreeMap<String, String>>) -> bool {
     annotations.is_some_and(|a| {
-        a.contains_key(KOPY_SYNC_ANNOTATION) || a.contains_key(KOPY_SYNC_ANNOTATION_LEGACY)
+        [
+            KOPY_SYNC_ANNOTATION,
+            KOPY_SYNC_ANNOTATION_LEGACY,
+            crate::reflector::AUTO_ENABLED,
+            crate::replicator::REPLICATE_TO,
+            crate::replicator::REPLICATE_TO_MATCHING,
+        ]
+        .iter()
+        .any(|key| a.contains_key(*key))
     })
 }
 
-pub(super) fn kopy_sources<K: ConfigResource>(
+pub(super) fn annotated_sources<K: ConfigResource>(
     store: &Store<PartialObjectMeta<K>>,
     trusted: &[String],
 ) -> Vec<KubeObjectRef<PartialObjectMeta<K>>> {
     store
         .state()
         .iter()
-        .filter(|m| kopy_annotation(m.metadata.annotations.as_ref()))
+        .filter(|m| fan_out_annotation(m.metadata.annotations.as_ref()))
         .filter(|m| {
             trusted
                 .iter()
@@ -175,9 +188,39 @@ pub(super) fn kopy_sources<K: ConfigResource>(
         .collect()
 }
 
-/// The kopy source owning a copy, from the copy's source annotation; remembered so that removing
-/// the annotation from the source releases its copies.
-pub(super) fn kopy_owner_of<K: ConfigResource>(
+/// The annotated sources an event on a ConfigMap/Secret concerns: the owner of one of our
+/// copies, and every annotated source of the same name in another namespace (the object may be
+/// a conflicting one that went away, or a copy deleted or edited by someone).
+pub(super) fn related_sources<K: ConfigResource>(
+    ctx: &Context,
+    store: &Store<PartialObjectMeta<K>>,
+    kind: SourceKind,
+    meta: &kube::api::ObjectMeta,
+) -> Vec<KubeObjectRef<PartialObjectMeta<K>>> {
+    let ours = meta.labels.as_ref().is_some_and(|l| {
+        l.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY_VALUE)
+            && l.contains_key(SOURCE_NAME_LABEL)
+    });
+    let mut out: Vec<KubeObjectRef<PartialObjectMeta<K>>> = Vec::new();
+    if ours {
+        out.extend(source_owner_of(ctx, kind, meta));
+    }
+    let (namespace, name) = (meta.namespace.as_deref(), meta.name.as_deref());
+    out.extend(
+        store
+            .state()
+            .iter()
+            .filter(|s| {
+                s.metadata.name.as_deref() == name && s.metadata.namespace.as_deref() != namespace
+            })
+            .map(|s| KubeObjectRef::from_obj(&**s)),
+    );
+    out
+}
+
+/// The annotated source owning a copy, from the copy's source annotation; remembered so that
+/// removing the annotation from the source releases its copies.
+pub(super) fn source_owner_of<K: ConfigResource>(
     ctx: &Context,
     kind: SourceKind,
     meta: &kube::api::ObjectMeta,
@@ -185,11 +228,11 @@ pub(super) fn kopy_owner_of<K: ConfigResource>(
     let value = meta.annotations.as_ref()?.get(SOURCE_ANNOTATION)?;
     let source = parse_source_annotation(value).filter(|s| s.kind == kind)?;
     let reference = KubeObjectRef::new(&source.name).within(&source.namespace);
-    write(&ctx.kopy_owners).insert(source);
+    write(&ctx.source_owners).insert(source);
     Some(reference)
 }
 
-pub(super) async fn reconcile_kopy<K: ConfigResource>(
+pub(super) async fn reconcile_annotated<K: ConfigResource>(
     meta: Arc<PartialObjectMeta<K>>,
     ctx: Arc<Context>,
     kind: SourceKind,
@@ -198,9 +241,10 @@ pub(super) async fn reconcile_kopy<K: ConfigResource>(
     let key = source_ref.to_string();
     let reference = object_reference(kind, &meta.metadata);
     let annotations = meta.metadata.annotations.as_ref();
+    let labels = meta.metadata.labels.as_ref();
     let trusted = ctx.config.sync_source_namespaces.iter().map(String::as_str);
-    let fan_out = match FanOut::from_kopy(&source_ref, annotations, trusted) {
-        Ok(None) => return release_kopy(&ctx, &source_ref, &reference).await,
+    let fan_out = match FanOut::from_annotations(&source_ref, labels, annotations, trusted) {
+        Ok(None) => return release(&ctx, &source_ref, &reference).await,
         Err(refused) => {
             // Refused or unparsable: reported once, not retried (a change of the source is).
             report(&ctx, &reference, &refused, refused.to_string()).await;
@@ -210,22 +254,22 @@ pub(super) async fn reconcile_kopy<K: ConfigResource>(
     };
     let outcome = fan_out_once(&ctx, &fan_out, &reference).await?;
     if outcome.failed == 0 && outcome.problem.is_none() {
-        write(&ctx.kopy_owners).insert(source_ref);
+        write(&ctx.source_owners).insert(source_ref);
     }
     finish(&ctx, &key, &reference, &outcome).await
 }
 
-/// A source without (or no longer with) a kopy annotation: release the copies it owned.
-pub(super) async fn release_kopy(
+/// A source without (or no longer with) a fan-out annotation: release the copies it owned.
+pub(super) async fn release(
     ctx: &Context,
     source_ref: &SourceRef,
     reference: &ObjectReference,
 ) -> Result<Action, Error> {
-    let known = read(&ctx.kopy_owners).contains(source_ref);
+    let known = read(&ctx.source_owners).contains(source_ref);
     if !known {
         return Ok(Action::await_change());
     }
-    let fan_out = FanOut::kopy(source_ref, Selector::nothing());
+    let fan_out = FanOut::of_source(source_ref, Selection::nothing());
     let observed = list_objects(&ctx.client, source_ref.kind, &owner_list(&fan_out)).await?;
     let steps = plan_deletion(&fan_out, &observed);
     let total = steps.len();
@@ -237,7 +281,7 @@ pub(super) async fn release_kopy(
             total,
         });
     }
-    write(&ctx.kopy_owners).remove(source_ref);
-    info!(source = %source_ref, "sync: kopy annotation removed, copies released");
+    write(&ctx.source_owners).remove(source_ref);
+    info!(source = %source_ref, "sync: fan-out annotation removed, copies released");
     Ok(Action::await_change())
 }
