@@ -307,9 +307,10 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
         !log.contains("forbidden"),
         "conflux was refused something (log in target/fault-logs/rbac-*.log)"
     );
+    let ready = conflux.readyz();
     assert!(
-        conflux.readyz().is_some_and(|(status, _)| status == 200),
-        "still ready"
+        ready.as_ref().is_some_and(|(status, _)| *status == 200),
+        "still ready: {ready:?}"
     );
     // The sync status (configsyncs/status) and the leader election Lease were written too.
     let ar = ApiResource::from_gvk_with_plural(
