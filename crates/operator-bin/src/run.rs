@@ -352,6 +352,27 @@ impl ProtectModeArg {
     }
 }
 
+impl From<ControllerName> for conflux_install::Controller {
+    fn from(name: ControllerName) -> Self {
+        match name {
+            ControllerName::Copy => conflux_install::Controller::Copy,
+            ControllerName::Sync => conflux_install::Controller::Sync,
+            ControllerName::Reload => conflux_install::Controller::Reload,
+            ControllerName::FluxTrigger => conflux_install::Controller::FluxTrigger,
+            ControllerName::Protect => conflux_install::Controller::Protect,
+        }
+    }
+}
+
+impl From<ProtectModeArg> for conflux_install::ProtectMode {
+    fn from(mode: ProtectModeArg) -> Self {
+        match mode {
+            ProtectModeArg::AdmissionPolicy => conflux_install::ProtectMode::AdmissionPolicy,
+            ProtectModeArg::Webhook => conflux_install::ProtectMode::Webhook,
+        }
+    }
+}
+
 /// `--reload-strategy` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ReloadStrategyArg {
