@@ -19,7 +19,7 @@ use std::time::Duration;
 use conflux_tests::objects::{install_crd, upstream_crd};
 use conflux_tests::{cluster, eventually};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use reload_support::*;
@@ -555,6 +555,120 @@ async fn a_job_whose_create_is_refused_is_kept_and_created_once_allowed() {
         job_uid(&client, &ns, "migrate").await,
         new.metadata.uid,
         "created once"
+    );
+}
+
+/// The re-creation records in `ns`, by name.
+async fn records(client: &Client, ns: &str) -> Vec<String> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels("conflux.dev/pending=job-recreation"))
+        .await
+        .unwrap_or_else(|e| panic!("list Secrets: {e}"))
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect()
+}
+
+/// "Nothing lost", across a crash: the old Job is deleted, its replacement cannot be created
+/// (RBAC refuses), and conflux is stopped (its task aborted, as a kill would: nothing of it
+/// runs after). The replacement was written down before the delete, in a Secret of the records
+/// namespace; the next conflux reads it and creates the Job, once, then deletes the record. A
+/// record that is not readable gets one Warning Event and is left in place.
+/// (Reloader, killed in the same window, leaves the Job deleted.)
+#[tokio::test]
+async fn a_job_whose_replacement_was_recorded_is_created_after_a_crash() {
+    let cluster = cluster();
+    let client = cluster.client().await;
+    let ns = cluster.namespace(&client, "kinds-jobcrash").await;
+    apply_cm(&client, &ns, "cfg", json!({"v": "1"}), json!({})).await;
+    put(
+        &client,
+        &ns,
+        job(
+            "migrate",
+            json!({AUTO.0: AUTO.1}),
+            json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]}),
+        ),
+    )
+    .await;
+    // What `conflux install --export` grants in conflux's namespace for the records.
+    let records_rule = json!([{"apiGroups": [""], "resources": ["secrets"],
+                               "verbs": ["create", "delete"]}]);
+    let all = ["get", "list", "watch", "patch", "create", "delete"];
+    let no_create = ["get", "list", "watch", "patch", "delete"];
+    grant(&client, &ns, "alice", &no_create, records_rule.clone()).await;
+    let mut with_records = config(&ns, false, false);
+    with_records.records_namespace = Some(ns.clone());
+    let first = start_as(cluster.client_as("alice").await, with_records.clone()).await;
+    wait_job_baseline(&client, &ns, "migrate").await;
+    let old = job_uid(&client, &ns, "migrate").await.expect("uid");
+
+    apply_cm(&client, &ns, "cfg", json!({"v": "2"}), json!({})).await;
+    eventually("the old Job deleted", Duration::from_secs(30), || async {
+        job_uid(&client, &ns, "migrate")
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the create refused", Duration::from_secs(30), || {
+        let n = rollouts_of(&first, WorkloadKind::Job, "error");
+        async move { (n >= 1).then_some(()) }
+    })
+    .await;
+    let recorded = records(&client, &ns).await;
+    assert_eq!(recorded.len(), 1, "one record: {recorded:?}");
+    drop(first);
+
+    // Something else labelled as a record, unreadable: reported, left alone.
+    put(
+        &client,
+        &ns,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "not-a-record",
+                            "labels": {"conflux.dev/pending": "job-recreation"}},
+               "stringData": {"job.json": "{ not json"}}),
+    )
+    .await;
+    grant(&client, &ns, "alice", &all, records_rule).await;
+    let second = start_as(cluster.client_as("alice").await, with_records).await;
+    let new = wait_recreated(&client, &ns, "migrate", &old).await;
+    assert!(
+        new.metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(BASELINE)
+    );
+    eventually("the record deleted", Duration::from_secs(30), || async {
+        (records(&client, &ns).await == ["not-a-record"]).then_some(())
+    })
+    .await;
+    let invalid = eventually(
+        "InvalidJobRecord Event",
+        Duration::from_secs(30),
+        || async {
+            events(&client, &ns, "not-a-record", "InvalidJobRecord")
+                .await
+                .pop()
+        },
+    )
+    .await;
+    assert_eq!(invalid.0, "Warning");
+    assert!(!invalid.1.contains("not json"), "{invalid:?}");
+    quiet().await;
+    assert_eq!(rollouts_of(&second, WorkloadKind::Job, "success"), 1);
+    assert_eq!(
+        job_uid(&client, &ns, "migrate").await,
+        new.metadata.uid,
+        "created once"
+    );
+    assert_eq!(
+        events(&client, &ns, "not-a-record", "InvalidJobRecord")
+            .await
+            .len(),
+        1,
+        "reported once"
     );
 }
 

@@ -266,15 +266,19 @@ pub fn manifests(args: &Install) -> Result<String> {
         &["leases"],
         &["get", "create", "patch"],
     );
+    // kube-lease-manager reads, creates and patches the Lease (conflux-runtime's lease).
+    // The reload controller writes down each Job re-creation in a Secret here until the new Job
+    // exists, and the protect webhook keeps its generated certificate in a Secret here.
+    let mut election_rules = vec![leases];
+    if controllers.contains(&Controller::Reload) {
+        election_rules.push(rule("", &["secrets"], &["create", "delete"]));
+    }
+    if webhook {
+        election_rules.push(rule("", &["secrets"], &["create", "update"]));
+    }
     docs.push(to_doc(&Role {
         metadata: meta(Some(ns), &election),
-        // kube-lease-manager reads, creates and patches the Lease (conflux-runtime's lease).
-        // The protect webhook keeps its generated certificate in a Secret here.
-        rules: Some(if webhook {
-            vec![leases, rule("", &["secrets"], &["create", "update"])]
-        } else {
-            vec![leases]
-        }),
+        rules: Some(election_rules),
     })?);
     let (role_ref, subjects) = binding("Role", &election, ns);
     let metadata = meta(Some(ns), &election);

@@ -125,7 +125,8 @@ pub struct RunArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub watch_all_namespaces: bool,
 
-    /// Namespace conflux runs in (used when --watch-all-namespaces=false).
+    /// Namespace conflux runs in: the one watched when --watch-all-namespaces=false, and where
+    /// the reload controller records Job re-creations until the new Job exists.
     #[arg(long, env = "RUNTIME_NAMESPACE", default_value = "")]
     pub runtime_namespace: String,
 
@@ -595,6 +596,8 @@ impl RunArgs {
                     .map_err(|e| anyhow::anyhow!("--resource-label-selector: {e}"))?,
                 ignored_kinds: ignored_workload_types(&self.ignored_workload_types)?,
                 argo_rollouts: self.is_argo_rollouts,
+                records_namespace: (!self.runtime_namespace.is_empty())
+                    .then(|| self.runtime_namespace.clone()),
             },
             flux_trigger: FluxTriggerConfig {
                 config_selector,

@@ -372,7 +372,8 @@ fn chart_only_values_land_where_helm_users_expect_them() {
     let monitor = find(&docs, "ServiceMonitor", "conflux").expect("ServiceMonitor");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
 
-    // Without leader election (one replica): no flag, and no Role unless the webhook needs it.
+    // Without leader election (one replica): no flag, and no Lease in the Role: it keeps only
+    // what the reload controller's records need, and exists only when a controller needs it.
     let docs = template(&[
         "--set",
         "leaderElection.enabled=false",
@@ -385,6 +386,19 @@ fn chart_only_values_land_where_helm_users_expect_them() {
             .expect("args")
             .contains(&json!("--enable-leader-election"))
     );
+    let role = find(&docs, "Role", "conflux-leader-election").expect("the records' Role");
+    assert_eq!(
+        role["rules"],
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}])
+    );
+    let docs = template(&[
+        "--set",
+        "leaderElection.enabled=false",
+        "--set",
+        "replicas=1",
+        "--set-json",
+        r#"controllers=["copy"]"#,
+    ]);
     assert!(find(&docs, "Role", "conflux-leader-election").is_none());
     let docs = template(&[
         "--set",
@@ -496,7 +510,7 @@ fn chart_version_follows_the_workspace() {
 
 /// files/rbac.yaml, from the export with every controller in both protect modes: the controllers
 /// in order, each ClusterRole's rules (protect's per mode), and the leader election Role's rules
-/// (and what the webhook mode adds to it).
+/// (and what the reload controller and the webhook mode add to it).
 /// The reload controller's roles that exist only when `extraArgs` passes their flag (the
 /// spellings `conflux install --arg=...` grants them for), by role name.
 const RELOAD_FLAG_ROLES: [(&str, &[&str]); 2] = [
@@ -577,12 +591,18 @@ fn rbac_data() -> Value {
         roles.len() - 1,
         "every role the flags add is listed in RELOAD_FLAG_ROLES"
     );
-    let election = role_rules(&policy);
+    let election = role_rules(&export(&["--controllers=copy"]));
+    let with_reload = role_rules(&policy);
     let with_webhook = role_rules(&webhook);
     assert_eq!(
-        with_webhook[..election.len()],
+        with_reload[..election.len()],
         election[..],
-        "the webhook mode adds rules after the Lease's"
+        "the reload controller adds rules after the Lease's"
+    );
+    assert_eq!(
+        with_webhook[..with_reload.len()],
+        with_reload[..],
+        "the webhook mode adds rules after the reload controller's"
     );
     json!({
         "controllers": controllers,
@@ -590,7 +610,8 @@ fn rbac_data() -> Value {
         "reloadFlagRoles": flag_roles,
         "role": {
             "leaderElection": election,
-            "webhook": with_webhook[election.len()..],
+            "reload": with_reload[election.len()..],
+            "webhook": with_webhook[with_reload.len()..],
         },
     })
 }

@@ -1,7 +1,8 @@
 //! Fault scenarios: the real `conflux run` binary, with all four controllers, against the real
-//! API server, while faults happen: conflux SIGKILLed mid fan-out and restarted, the API server
-//! killed and restarted, connections dropped and refused (from start-up on), and 5xx/429 answers
-//! injected on writes (the last two through the fault proxy of the test support crate).
+//! API server, while faults happen: conflux SIGKILLed mid fan-out and restarted, SIGKILLed
+//! between a Job's delete and its re-creation, the API server killed and restarted, connections
+//! dropped and refused (from start-up on), and 5xx/429 answers injected on writes (the last two
+//! through the fault proxy of the test support crate).
 //!
 //! Every scenario ends with every copy, trigger and rollout exactly as desired:
 //! - none lost: every fan-out copy and the pull copy hold the last value; the Deployment's pod
@@ -311,4 +312,174 @@ async fn leader_cut_off_steps_down_before_another_takes_over() {
     world.assert_not_doubled(2).await;
     a.stop();
     b.stop();
+}
+
+/// conflux SIGKILLed between a Job's delete and its create: an admission policy refuses the
+/// replacement, so conflux is caught in that window, and killed there. The next conflux reads
+/// the record the first wrote in its namespace (`RUNTIME_NAMESPACE`) before the delete, creates
+/// the Job once the policy is gone, and deletes the record: no Job lost, none doubled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_between_a_jobs_delete_and_create_loses_no_job() {
+    use conflux_tests::eventually;
+    use k8s_openapi::api::admissionregistration::v1::{
+        ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    };
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+    use serde_json::json;
+
+    let _serial = serial().await;
+    let cluster = conflux_tests::cluster();
+    let client = cluster.client().await;
+    install_crds(&client).await;
+    let ns = cluster.namespace(&client, "jobkill").await;
+    let records = cluster.namespace(&client, "jobkill-conflux").await;
+    let apply = PatchParams::apply("faults").force();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let set_cfg = |v: &'static str| {
+        let cms = cms.clone();
+        let apply = apply.clone();
+        async move {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "cfg"}, "data": {"v": v}});
+            cms.patch("cfg", &apply, &Patch::Apply(&cm))
+                .await
+                .expect("apply ConfigMap");
+        }
+    };
+    set_cfg("1").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let job: Job = serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "main", "image": "registry.invalid/job:1",
+             "envFrom": [{"configMapRef": {"name": "cfg"}}]}]}}},
+    }))
+    .expect("Job");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("create Job");
+    let old = jobs
+        .get("migrate")
+        .await
+        .expect("Job")
+        .metadata
+        .uid
+        .expect("uid");
+    let env = [("RUNTIME_NAMESPACE", records.as_str())];
+    let mut conflux = Conflux::start_with(cluster.kubeconfig(), "jobkill-1", &[], &env);
+    conflux.wait_ready().await;
+    let baseline = || async {
+        jobs.get_opt("migrate")
+            .await
+            .ok()
+            .flatten()?
+            .metadata
+            .annotations?
+            .get("conflux.dev/config-hash-baseline")
+            .cloned()
+    };
+    eventually("the Job's baseline", Duration::from_secs(60), &baseline).await;
+
+    // Refuse every Job create in the namespace, and wait until the API server enforces it.
+    let policy_name = format!("{ns}-no-jobs");
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": policy_name},
+        "spec": {"failurePolicy": "Fail",
+                 "matchConstraints": {"resourceRules": [{"apiGroups": ["batch"],
+                     "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["jobs"]}]},
+                 "validations": [{"expression": "false", "message": "no Jobs now"}]},
+    }))
+    .expect("policy");
+    let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
+        "metadata": {"name": policy_name},
+        "spec": {"policyName": policy_name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels":
+                     {"kubernetes.io/metadata.name": ns}}}},
+    }))
+    .expect("binding");
+    let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
+    let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
+    policies
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("create policy");
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create binding");
+    let mut probe = job.clone();
+    probe.metadata.name = Some("probe".into());
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let refused = |want: bool| {
+        let (jobs, probe, dry_run) = (jobs.clone(), probe.clone(), dry_run.clone());
+        async move {
+            let result = jobs.create(&dry_run, &probe).await;
+            (result.is_err() == want).then_some(())
+        }
+    };
+    eventually("Job creates refused", Duration::from_secs(30), || {
+        refused(true)
+    })
+    .await;
+
+    set_cfg("2").await;
+    eventually("the old Job deleted", Duration::from_secs(60), || async {
+        let uid = jobs
+            .get_opt("migrate")
+            .await
+            .ok()?
+            .and_then(|j| j.metadata.uid);
+        (uid.as_deref() != Some(old.as_str())).then_some(())
+    })
+    .await;
+    let recorded = || async {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &records);
+        let params = ListParams::default().labels("conflux.dev/pending=job-recreation");
+        secrets.list(&params).await.map(|l| l.items.len()).ok()
+    };
+    assert_eq!(recorded().await, Some(1), "the re-creation is recorded");
+    assert!(
+        jobs.get_opt("migrate").await.expect("get").is_none(),
+        "the replacement was refused"
+    );
+    conflux.kill9();
+
+    bindings
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .expect("delete binding");
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .expect("delete policy");
+    eventually("Job creates allowed", Duration::from_secs(30), || {
+        refused(false)
+    })
+    .await;
+    let mut conflux = Conflux::start_with(cluster.kubeconfig(), "jobkill-2", &[], &env);
+    conflux.wait_ready().await;
+    let new = eventually("the Job re-created", Duration::from_secs(60), || async {
+        let job = jobs.get_opt("migrate").await.ok()??;
+        job.metadata.uid.filter(|uid| *uid != old)
+    })
+    .await;
+    eventually("the record deleted", Duration::from_secs(30), || async {
+        (recorded().await == Some(0)).then_some(())
+    })
+    .await;
+    assert!(
+        baseline().await.is_some(),
+        "the new Job carries its baseline"
+    );
+    // Several coalescing windows: the new Job is neither re-created again nor doubled.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let now = jobs.get("migrate").await.expect("Job").metadata.uid;
+    assert_eq!(now.as_deref(), Some(new.as_str()), "created once");
+    conflux.stop();
 }

@@ -64,6 +64,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// A Secret labelled as a Job re-creation record ([`crate::job::Record`]) cannot be read;
+    /// it is left in place and reported.
+    #[error("Job re-creation record {name} is unreadable: {reason}")]
+    InvalidRecord {
+        /// The record's Secret.
+        name: String,
+        /// What is wrong (never its data).
+        reason: String,
+    },
     /// A workload has no pod template to read or roll: an Argo Rollout with `spec.workloadRef`
     /// (roll the referenced Deployment instead) or without `spec.template`.
     #[error("{kind} {name} has no pod template{hint}")]
@@ -108,6 +117,7 @@ impl Error {
             Error::InvalidFlag { .. } => "InvalidFlag",
             Error::InvalidAnnotation { .. } => "InvalidAnnotation",
             Error::JobNotRecreatable { .. } => "JobNotRecreatable",
+            Error::InvalidRecord { .. } => "InvalidJobRecord",
             Error::NoPodTemplate { .. } => "NoPodTemplate",
             Error::InvalidProviderStatus { .. } => "InvalidProviderStatus",
             #[cfg(feature = "runtime")]
@@ -126,6 +136,7 @@ impl Error {
             Error::InvalidFlag { .. } => "invalid_flag",
             Error::InvalidAnnotation { .. } => "invalid_annotation",
             Error::JobNotRecreatable { .. } => "job_not_recreatable",
+            Error::InvalidRecord { .. } => "invalid_job_record",
             Error::NoPodTemplate { .. } => "no_pod_template",
             Error::InvalidProviderStatus { .. } => "invalid_provider_status",
             #[cfg(feature = "runtime")]

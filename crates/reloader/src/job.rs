@@ -8,7 +8,10 @@
 //!
 //! The controller deletes the old Job with background propagation and a precondition on its uid
 //! (never a Job created meanwhile under the same name), then creates the replacement, keeping it
-//! until the create succeeds (see the runtime's `recreate` for what a crash in between leaves).
+//! until the create succeeds. So that a crash between the delete and the create loses nothing,
+//! the replacement is first written down in a [`Record`]: a Secret in conflux's own namespace
+//! (a Secret, because a Job's spec may carry credentials in its environment), deleted once the
+//! replacement exists. A restarted controller finishes what the records it finds describe.
 //!
 //! ```
 //! use k8s_openapi::api::batch::v1::Job;
@@ -41,8 +44,11 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::EnvVar;
+use k8s_openapi::api::core::v1::{EnvVar, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use sha2::{Digest, Sha256};
 
 use crate::patch::{
     BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION, LAST_RELOADED_FROM_ANNOTATION, WorkloadPatch,
@@ -137,6 +143,135 @@ pub fn replacement(job: &Job, patch: &WorkloadPatch) -> Result<Job> {
         }
     }
     Ok(new)
+}
+
+/// The label (and its value) on the Secrets that record a Job re-creation in progress; a
+/// restarted controller lists its namespace's Secrets with it.
+pub const RECORD_LABEL: (&str, &str) = ("conflux.dev/pending", "job-recreation");
+/// Annotation of a record: the Job, as `<namespace>/<name>`.
+const RECORD_JOB: &str = "conflux.dev/job";
+/// Annotation of a record: the uid of the Job being replaced.
+const RECORD_UID: &str = "conflux.dev/job-uid";
+/// Annotation of a record: what the rollout answers (config names and keys, never values).
+const RECORD_REASON: &str = "conflux.dev/reason";
+/// The record's data key holding the replacement, as JSON.
+const RECORD_KEY: &str = "job.json";
+
+/// A Job re-creation in progress, as written down before the old Job is deleted (see the
+/// [module docs](self)).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// The Job's namespace.
+    pub namespace: String,
+    /// The Job's name.
+    pub name: String,
+    /// The uid of the Job being replaced.
+    pub old_uid: String,
+    /// The Job to create ([`replacement`]).
+    pub replacement: Job,
+    /// What the rollout answers, for its Event.
+    pub why: String,
+}
+
+impl Record {
+    /// The name of the record's Secret: one per replaced Job (its namespace, name and uid),
+    /// so a later decision about the same Job overwrites it.
+    pub fn secret_name(&self) -> String {
+        let mut h = Sha256::new();
+        for part in [&self.namespace, &self.name, &self.old_uid] {
+            h.update(part.as_bytes());
+            h.update([0]);
+        }
+        let hex = crate::hash::to_hex(&h.finalize());
+        // 64 hex digits; 16 of them keep the name short and still unique in practice.
+        format!("conflux-job-recreation-{}", hex.get(..16).unwrap_or(&hex))
+    }
+
+    /// The record as a Secret in `namespace` (conflux's own).
+    pub fn to_secret(&self, namespace: &str) -> Result<Secret> {
+        let json = serde_json::to_vec(&self.replacement).map_err(|e| Error::InvalidRecord {
+            name: self.secret_name(),
+            reason: format!("the replacement does not serialize: {e}"),
+        })?;
+        let annotations = BTreeMap::from([
+            (
+                RECORD_JOB.to_owned(),
+                format!("{}/{}", self.namespace, self.name),
+            ),
+            (RECORD_UID.to_owned(), self.old_uid.clone()),
+            (RECORD_REASON.to_owned(), self.why.clone()),
+        ]);
+        let labels = BTreeMap::from([
+            (RECORD_LABEL.0.to_owned(), RECORD_LABEL.1.to_owned()),
+            (
+                "app.kubernetes.io/managed-by".to_owned(),
+                "conflux".to_owned(),
+            ),
+        ]);
+        Ok(Secret {
+            metadata: ObjectMeta {
+                name: Some(self.secret_name()),
+                namespace: Some(namespace.to_owned()),
+                labels: Some(labels),
+                annotations: Some(annotations),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".to_owned()),
+            data: Some(BTreeMap::from([(RECORD_KEY.to_owned(), ByteString(json))])),
+            ..Secret::default()
+        })
+    }
+
+    /// Reads a record back. A Secret that is not a well-formed record (edited by hand, or
+    /// written by another version) is refused with [`Error::InvalidRecord`], naming what is
+    /// wrong but never the data.
+    pub fn from_secret(secret: &Secret) -> Result<Record> {
+        let secret_name = secret.metadata.name.clone().unwrap_or_default();
+        let refuse = |reason: &str| Error::InvalidRecord {
+            name: secret_name.clone(),
+            reason: reason.to_owned(),
+        };
+        let annotations = secret
+            .metadata
+            .annotations
+            .as_ref()
+            .ok_or_else(|| refuse("it has no annotations"))?;
+        let job = annotations
+            .get(RECORD_JOB)
+            .ok_or_else(|| refuse("annotation conflux.dev/job is missing"))?;
+        let (namespace, name) = job
+            .split_once('/')
+            .filter(|(ns, n)| !ns.is_empty() && !n.is_empty())
+            .ok_or_else(|| refuse("annotation conflux.dev/job is not <namespace>/<name>"))?;
+        let old_uid = annotations
+            .get(RECORD_UID)
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| refuse("annotation conflux.dev/job-uid is missing"))?;
+        let bytes = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(RECORD_KEY))
+            .ok_or_else(|| refuse("data key job.json is missing"))?;
+        // The serde error is not quoted: it may echo part of the data.
+        let replacement: Job = serde_json::from_slice(&bytes.0)
+            .map_err(|_| refuse("data key job.json is not a Job"))?;
+        let same = replacement.metadata.name.as_deref() == Some(name)
+            && replacement
+                .metadata
+                .namespace
+                .as_deref()
+                .is_none_or(|n| n == namespace);
+        if !same {
+            return Err(refuse("the Job in job.json is not the Job it names"));
+        }
+        Ok(Record {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            old_uid: old_uid.clone(),
+            replacement,
+            why: annotations.get(RECORD_REASON).cloned().unwrap_or_default(),
+        })
+    }
 }
 
 fn strip(labels: &mut Option<BTreeMap<String, String>>) {
@@ -240,6 +375,75 @@ mod tests {
         assert!(spec.selector.is_some());
         let labels = spec.template.metadata.unwrap().labels.unwrap();
         assert_eq!(labels["controller-uid"], "u1");
+    }
+
+    #[test]
+    fn a_record_reads_back_as_written_and_names_one_replaced_job() {
+        let job = stored(json!({}));
+        let record = Record {
+            namespace: "ns".into(),
+            name: "m".into(),
+            old_uid: "1234".into(),
+            replacement: replacement(&job, &patch(&job)).expect("replacement"),
+            why: "ConfigMap cfg changed (keys a)".into(),
+        };
+        let secret = record.to_secret("conflux-system").expect("secret");
+        assert_eq!(secret.metadata.namespace.as_deref(), Some("conflux-system"));
+        assert_eq!(
+            secret.metadata.labels.as_ref().expect("labels")[RECORD_LABEL.0],
+            RECORD_LABEL.1
+        );
+        assert_eq!(Record::from_secret(&secret).expect("read back"), record);
+        let name = record.secret_name();
+        assert!(name.len() <= 63 && name.starts_with("conflux-job-recreation-"));
+        let other = Record {
+            old_uid: "5678".into(),
+            ..record.clone()
+        };
+        assert_ne!(other.secret_name(), name, "one record per replaced Job");
+    }
+
+    #[test]
+    fn records_that_are_not_well_formed_are_refused_without_their_data() {
+        let job = stored(json!({}));
+        let record = Record {
+            namespace: "ns".into(),
+            name: "m".into(),
+            old_uid: "1234".into(),
+            replacement: replacement(&job, &patch(&job)).expect("replacement"),
+            why: String::new(),
+        };
+        let good = record.to_secret("conflux-system").expect("secret");
+        let mut garbled = good.clone();
+        garbled.data = Some(BTreeMap::from([(
+            RECORD_KEY.to_owned(),
+            ByteString(b"{\"password\": hunter2".to_vec()),
+        )]));
+        let mut other_job = good.clone();
+        other_job
+            .metadata
+            .annotations
+            .as_mut()
+            .expect("annotations")
+            .insert(RECORD_JOB.into(), "ns/other".into());
+        let mut no_uid = good.clone();
+        no_uid
+            .metadata
+            .annotations
+            .as_mut()
+            .expect("annotations")
+            .remove(RECORD_UID);
+        for (secret, why) in [
+            (garbled, "is not a Job"),
+            (other_job, "not the Job it names"),
+            (no_uid, "job-uid is missing"),
+        ] {
+            let err = Record::from_secret(&secret).expect_err(why);
+            assert_eq!(err.reason(), "InvalidJobRecord");
+            let text = err.to_string();
+            assert!(text.contains(why), "{text}");
+            assert!(!text.contains("hunter2"), "{text}");
+        }
     }
 
     #[test]

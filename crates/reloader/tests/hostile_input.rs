@@ -365,7 +365,7 @@ fn any_json() -> impl Strategy<Value = serde_json::Value> {
 
 #[test]
 fn provider_statuses_and_job_replacements_hostile() {
-    use reloader::job::{GENERATED_LABELS, replacement};
+    use reloader::job::{GENERATED_LABELS, Record, replacement};
     use reloader::patch::{WorkloadPatch, WorkloadState};
     use reloader::source::ProviderMount;
     check(
@@ -404,6 +404,27 @@ fn provider_statuses_and_job_replacements_hostile() {
                     }
                 }
                 Err(err) => prop_assert_eq!(err.reason(), "JobNotRecreatable"),
+            }
+            // A re-creation record of it reads back as written; one whose data is the hostile
+            // JSON is read or refused with its stable reason, never a panic.
+            if let Ok(new) = replacement(&job, &WorkloadPatch::keep(&state, "v2;x")) {
+                let record = Record {
+                    namespace: "ns".into(),
+                    name: "j".into(),
+                    old_uid: "u".into(),
+                    replacement: new,
+                    why: String::new(),
+                };
+                let secret = record.to_secret("conflux-system").expect("serializes");
+                prop_assert_eq!(Record::from_secret(&secret).expect("reads back"), record);
+                let mut garbled = secret;
+                garbled.data = Some(BTreeMap::from([(
+                    "job.json".to_owned(),
+                    k8s_openapi::ByteString(spec.to_string().into_bytes()),
+                )]));
+                if let Err(err) = Record::from_secret(&garbled) {
+                    prop_assert_eq!(err.reason(), "InvalidJobRecord");
+                }
             }
             Ok(())
         },

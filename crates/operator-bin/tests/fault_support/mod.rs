@@ -600,7 +600,7 @@ async fn apply(client: &Client, object: &Value) {
 }
 
 /// The ConfigSync CRD (committed in deploy/) and a minimal Kustomization CRD, once per binary.
-async fn install_crds(client: &Client) {
+pub async fn install_crds(client: &Client) {
     static DONE: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     DONE.get_or_init(|| async {
         for crd in [objects::config_sync_crd(), objects::kustomization_crd()] {

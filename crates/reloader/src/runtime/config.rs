@@ -38,6 +38,11 @@ pub struct ReloadConfig {
     /// `--is-argo-rollouts`: Argo Rollouts' Rollouts are watched and rolled too (their CRD and
     /// RBAC must exist). The CSI integration is [`Options::csi_integration`].
     pub argo_rollouts: bool,
+    /// Where a Job's re-creation is written down ([`crate::job::Record`] Secrets) until its
+    /// replacement exists, so that a restart finishes it (`--runtime-namespace` in `conflux
+    /// run`; the controller needs `create` and `delete` on Secrets there). `None`: the
+    /// replacement is kept in memory only.
+    pub records_namespace: Option<String>,
 }
 
 impl Default for ReloadConfig {
@@ -55,6 +60,7 @@ impl Default for ReloadConfig {
             config_selector: Selector::everything(),
             ignored_kinds: BTreeSet::new(),
             argo_rollouts: false,
+            records_namespace: None,
         }
     }
 }

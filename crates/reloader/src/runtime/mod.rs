@@ -24,7 +24,8 @@
 //!   [`FIELD_MANAGER`], forced. Rollouts pass a cluster-wide token bucket; a throttled rollout is
 //!   evaluated again when a token is free.
 //! - A Job rolls by being re-created (`recreate`): deleted with a precondition on its uid, then
-//!   created again from the copy kept until the create succeeds. An Argo Rollout with
+//!   created again from the copy kept until the create succeeds, and written down beforehand in
+//!   the records namespace so that a restart finishes it. An Argo Rollout with
 //!   `rollout-strategy: restart` rolls by one merge patch of `spec.restartAt` and its baseline.
 //! - SecretProviderClasses (CSI integration): the `SecretProviderClassPodStatus` objects the CSI
 //!   driver writes per pod say what each pod mounted; what a SecretProviderClass "contains" is
@@ -556,6 +557,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     if let Ok(permit) = workers.acquire_many(expected).await {
         permit.forget();
         info!(workloads = ctx.state().index.len(), "reload: caches warm");
+        tasks.spawn(recover(ctx.clone()));
         tasks.spawn(worker(ctx.clone(), configs.clone()));
     }
     while let Some(result) = tasks.join_next().await {

@@ -2,23 +2,29 @@
 //! Job is deleted with background propagation (its pods go with it) and the same Job is created
 //! again ([`crate::job::replacement`]), carrying the new baseline so it is not re-created again.
 //!
-//! Nothing is lost between the two calls while the process lives: the replacement is built from
-//! a fresh read *before* the delete and kept here until a create succeeds; every failure is
-//! retried with backoff (250 ms doubling to 60 s), reported once as a `ReloadFailed` Warning. The
-//! delete carries a precondition on the old Job's uid, so a Job created meanwhile under the same
-//! name by someone else (Flux re-applying it, a user) is never deleted, and a create that finds
-//! such a Job (`AlreadyExists` with another uid) takes it as the replacement instead of making a
-//! second one. A Job deleted by someone else before conflux's delete is not re-created.
+//! Nothing is lost between the two calls: the replacement is built from a fresh read *before*
+//! the delete and kept here until a create succeeds; every failure is retried with backoff
+//! (250 ms doubling to 60 s), reported once as a `ReloadFailed` Warning. The delete carries a
+//! precondition on the old Job's uid, so a Job created meanwhile under the same name by someone
+//! else (Flux re-applying it, a user) is never deleted, and a create that finds such a Job
+//! (`AlreadyExists` with another uid) takes it as the replacement instead of making a second
+//! one. A Job deleted by someone else before conflux's delete is not re-created.
 //!
-//! What remains: if the process is killed after the delete and before the create succeeds, the
-//! Job is gone and the replacement was only in memory: a restarted conflux has nothing to
-//! re-create it from (the old object is deleted, and its pods with it). Re-applying the Job's
-//! manifest brings it back (Flux does on its next reconcile). No Job is ever doubled: the name is
-//! the lock.
+//! A crash between the delete and the create loses nothing either: with a records namespace
+//! ([`ReloadConfig::records_namespace`], `--runtime-namespace` in `conflux run`), the
+//! replacement is written down as a [`Record`] Secret before the delete is sent, and the record
+//! is deleted once the replacement exists (or once there is nothing to do). A starting
+//! controller reads the records of its scope ([`recover`]) and finishes each: it deletes the old
+//! Job if it is still there, and creates the replacement if no Job of that name exists. A
+//! recovered Job found missing is taken as deleted by conflux (the record was written just
+//! before the delete). No Job is ever doubled: the name is the lock. Without a records namespace
+//! the replacement lives in memory only, and a crash in that window leaves the Job to be
+//! re-applied (Flux does on its next reconcile).
 
 use super::*;
+use crate::job::{RECORD_LABEL, Record};
 use k8s_openapi::api::batch::v1::Job;
-use kube::api::{DeleteParams, PostParams, Preconditions, PropagationPolicy};
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy};
 
 /// A Job being re-created.
 #[derive(Debug, Clone)]
@@ -31,6 +37,10 @@ pub(super) struct Recreation {
     why: String,
     /// Whether conflux has sent the delete (from then on, a missing Job is ours to create).
     delete_sent: bool,
+    /// Whether the [`Record`] is written (or no records namespace is configured).
+    recorded: bool,
+    /// Whether the re-creation is over and only its record remains to be deleted.
+    finished: bool,
     /// Failed or waiting attempts so far.
     attempts: u32,
     /// When to try again.
@@ -46,6 +56,8 @@ enum Outcome {
     Settled(&'static str),
     /// The old Job is still being deleted (a finalizer holds it); try again later.
     Waiting,
+    /// The re-creation was over and its record is now deleted.
+    Forgotten,
 }
 
 fn jobs(ctx: &Context, object: &ObjectRef) -> Api<Job> {
@@ -80,6 +92,8 @@ pub(super) async fn start_recreation(
         replacement,
         why,
         delete_sent: false,
+        recorded: ctx.config.records_namespace.is_none(),
+        finished: false,
         attempts: 0,
         due: Instant::now(),
     };
@@ -97,8 +111,8 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
         Ok(Outcome::Created(job)) => {
             let why = lock(&ctx.state)
                 .recreations
-                .remove(object)
-                .map(|r| r.why)
+                .get(object)
+                .map(|r| r.why.clone())
                 .unwrap_or_default();
             ctx.problems.resolve(&key);
             ctx.problems.resolve(&object.to_string());
@@ -114,11 +128,16 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
                 "Reload",
             )
             .await;
+            finish(ctx, object).await;
         }
         Ok(Outcome::Settled(what)) => {
-            ctx.state().recreations.remove(object);
             ctx.problems.resolve(&key);
             info!(workload = %object, "reload: Job not re-created: {what}");
+            finish(ctx, object).await;
+        }
+        Ok(Outcome::Forgotten) => {
+            ctx.state().recreations.remove(object);
+            ctx.problems.resolve(&key);
         }
         Ok(Outcome::Waiting) => {
             let delay = retry_later(ctx, object);
@@ -140,6 +159,177 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
                 )
                 .await;
         }
+    }
+}
+
+/// Ends the re-creation of `object`: deletes its record, then forgets it. A record that cannot be
+/// deleted yet is retried with backoff (a stale record would re-create the Job after a restart
+/// should it be deleted meanwhile).
+async fn finish(ctx: &Context, object: &ObjectRef) {
+    let pending = {
+        let mut state = ctx.state();
+        let Some(r) = state.recreations.get_mut(object) else {
+            return;
+        };
+        r.finished = true;
+        r.recorded.then(|| r.clone())
+    };
+    let result = match (&ctx.config.records_namespace, pending) {
+        (Some(ns), Some(r)) => delete_record(ctx, ns, object, &r).await,
+        _ => Ok(()),
+    };
+    match result {
+        Ok(()) => {
+            ctx.state().recreations.remove(object);
+        }
+        Err(err) => {
+            let delay = retry_later(ctx, object);
+            warn!(workload = %object, reason = err.reason(), error = %err, retry_in_seconds = delay.as_secs_f64(), "reload: the Job's re-creation record could not be deleted; retrying");
+        }
+    }
+}
+
+/// The record of the re-creation `r` of `object`.
+fn record_of(object: &ObjectRef, r: &Recreation) -> Record {
+    Record {
+        namespace: object.namespace.to_string(),
+        name: object.name.to_string(),
+        old_uid: r.old_uid.clone(),
+        replacement: r.replacement.clone(),
+        why: r.why.clone(),
+    }
+}
+
+/// Writes the record of `r` in `ns`, replacing an older one for the same old Job.
+async fn write_record(ctx: &Context, ns: &str, object: &ObjectRef, r: &Recreation) -> Result<()> {
+    let record = record_of(object, r);
+    let secret = record.to_secret(ns)?;
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.to_owned()),
+        ..PostParams::default()
+    };
+    let what = || {
+        format!(
+            "writing the re-creation record of Job {object} (Secret {ns}/{})",
+            record.secret_name()
+        )
+    };
+    match api.create(&params, &secret).await {
+        Ok(_) => Ok(()),
+        // A record of an earlier decision about the same Job: replaced by this one.
+        Err(kube::Error::Api(status)) if status.code == 409 => {
+            delete_record(ctx, ns, object, r).await?;
+            api.create(&params, &secret)
+                .await
+                .map(|_| ())
+                .map_err(|e| conflux_runtime::Error::api(what())(e).into())
+        }
+        Err(err) => Err(conflux_runtime::Error::api(what())(err).into()),
+    }
+}
+
+/// Deletes the record of `r` from `ns` (gone already is fine).
+async fn delete_record(ctx: &Context, ns: &str, object: &ObjectRef, r: &Recreation) -> Result<()> {
+    let name = record_of(object, r).secret_name();
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(conflux_runtime::Error::api(format!(
+            "deleting the re-creation record of Job {object} (Secret {ns}/{name})"
+        ))(err)
+        .into()),
+    }
+}
+
+/// Takes up the re-creations a previous process recorded in the records namespace: every
+/// readable record of this controller's scope (its namespace, its `--watch-label-selector`) is
+/// kept as a re-creation whose delete was sent, due now. Retried with backoff until the list
+/// succeeds; an unreadable record is left in place and reported once (`InvalidJobRecord`).
+pub(super) async fn recover(ctx: Arc<Context>) {
+    let Some(ns) = ctx.config.records_namespace.clone() else {
+        return;
+    };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let params = ListParams::default().labels(&format!("{}={}", RECORD_LABEL.0, RECORD_LABEL.1));
+    let mut backoff = Policy::STARTUP.backoff();
+    let list = loop {
+        match api.list(&params).await {
+            Ok(list) => break list,
+            Err(err) => {
+                let err = conflux_runtime::Error::api(format!(
+                    "listing the Job re-creation records in namespace {ns}"
+                ))(err);
+                warn!(reason = err.reason(), error = %err, "reload: cannot read the Job re-creation records; retrying");
+                backoff.wait().await;
+            }
+        }
+    };
+    let mut taken = 0usize;
+    for secret in list.items {
+        let record = match Record::from_secret(&secret) {
+            Ok(record) => record,
+            Err(err) => {
+                let name = secret.metadata.name.clone().unwrap_or_default();
+                let reference =
+                    reference_to("v1", "Secret", &ns, &name, secret.metadata.uid.clone());
+                ctx.problems
+                    .report(
+                        &ctx.recorder,
+                        &reference,
+                        &format!("{ns}/{name} record"),
+                        err.reason(),
+                        &format!("{err}; it is left in place"),
+                        "Reload",
+                        "reload: unreadable Job re-creation record",
+                    )
+                    .await;
+                continue;
+            }
+        };
+        let in_scope = ctx
+            .config
+            .namespace
+            .as_deref()
+            .is_none_or(|n| n == record.namespace)
+            && ctx.config.object_selector.matches(
+                &record
+                    .replacement
+                    .metadata
+                    .labels
+                    .clone()
+                    .unwrap_or_default(),
+            );
+        if !in_scope {
+            continue;
+        }
+        let object = ObjectRef::new(
+            WorkloadKind::Job.group(),
+            WorkloadKind::Job.as_str(),
+            record.namespace.as_str(),
+            record.name.as_str(),
+        );
+        let recreation = Recreation {
+            old_uid: record.old_uid,
+            replacement: record.replacement,
+            why: record.why,
+            delete_sent: true,
+            recorded: true,
+            finished: false,
+            attempts: 0,
+            due: Instant::now(),
+        };
+        let mut state = ctx.state();
+        // A decision made since the start (the old Job still existed) has its own, newer one.
+        if let std::collections::hash_map::Entry::Vacant(entry) = state.recreations.entry(object) {
+            info!(workload = %entry.key(), "reload: taking up a recorded Job re-creation");
+            entry.insert(recreation);
+            taken += 1;
+        }
+    }
+    if taken > 0 {
+        ctx.wake.notify_one();
     }
 }
 
@@ -189,8 +379,14 @@ pub(super) fn next_recreation(state: &State) -> Option<Instant> {
 
 async fn drive(ctx: &Context, object: &ObjectRef) -> Result<Outcome> {
     let Some(r) = ctx.state().recreations.get(object).cloned() else {
-        return Ok(Outcome::Settled("no re-creation pending"));
+        return Ok(Outcome::Forgotten);
     };
+    if r.finished {
+        if let Some(ns) = &ctx.config.records_namespace {
+            delete_record(ctx, ns, object, &r).await?;
+        }
+        return Ok(Outcome::Forgotten);
+    }
     let api = jobs(ctx, object);
     let name = object.name.as_ref();
     let current = api
@@ -209,6 +405,12 @@ async fn drive(ctx: &Context, object: &ObjectRef) -> Result<Outcome> {
         // Our delete is waiting on a finalizer: the create below says AlreadyExists.
         Some(job) if job.metadata.deletion_timestamp.is_some() => {}
         Some(_) => {
+            if let (false, Some(ns)) = (r.recorded, &ctx.config.records_namespace) {
+                write_record(ctx, ns, object, &r).await?;
+                if let Some(kept) = ctx.state().recreations.get_mut(object) {
+                    kept.recorded = true;
+                }
+            }
             if let Some(kept) = ctx.state().recreations.get_mut(object) {
                 kept.delete_sent = true;
             }
