@@ -491,6 +491,34 @@ async fn grant(client: &Client, ns: &str, user: &str, job_verbs: &[&str], extra:
     .await;
 }
 
+/// The install's verbs on Jobs, and the same without `create`.
+const JOB_VERBS: [&str; 6] = ["get", "list", "watch", "patch", "create", "delete"];
+const JOB_VERBS_NO_CREATE: [&str; 5] = ["get", "list", "watch", "patch", "delete"];
+
+/// The ConfigMap `cfg` (`v: 1`) and the Job `migrate` that reads it (`auto`).
+async fn migrate_job(client: &Client, ns: &str) {
+    apply_cm(client, ns, "cfg", json!({"v": "1"}), json!({})).await;
+    put(
+        client,
+        ns,
+        job(
+            "migrate",
+            json!({AUTO.0: AUTO.1}),
+            json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]}),
+        ),
+    )
+    .await;
+}
+
+/// Changes `cfg` and waits until the Job `migrate` is deleted.
+async fn change_and_wait_deleted(client: &Client, ns: &str) {
+    apply_cm(client, ns, "cfg", json!({"v": "2"}), json!({})).await;
+    eventually("the old Job deleted", Duration::from_secs(30), || async {
+        job_uid(client, ns, "migrate").await.is_none().then_some(())
+    })
+    .await;
+}
+
 /// "Nothing lost": the old Job is deleted but its replacement cannot be created (here RBAC
 /// refuses the create). The replacement is kept, the failure is reported once and retried with
 /// backoff, and once the create is allowed the Job comes back, once. (Reloader's
@@ -502,32 +530,14 @@ async fn a_job_whose_create_is_refused_is_kept_and_created_once_allowed() {
     let cluster = cluster();
     let client = cluster.client().await;
     let ns = cluster.namespace(&client, "kinds-jobretry").await;
-    apply_cm(&client, &ns, "cfg", json!({"v": "1"}), json!({})).await;
-    put(
-        &client,
-        &ns,
-        job(
-            "migrate",
-            json!({AUTO.0: AUTO.1}),
-            json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]}),
-        ),
-    )
-    .await;
-    let all = ["get", "list", "watch", "patch", "create", "delete"];
-    let no_create = ["get", "list", "watch", "patch", "delete"];
+    migrate_job(&client, &ns).await;
+    let (all, no_create) = (JOB_VERBS, JOB_VERBS_NO_CREATE);
     grant(&client, &ns, "alice", &no_create, json!([])).await;
     let conflux = start_as(cluster.client_as("alice").await, config(&ns, false, false)).await;
     wait_job_baseline(&client, &ns, "migrate").await;
     let old = job_uid(&client, &ns, "migrate").await.expect("uid");
 
-    apply_cm(&client, &ns, "cfg", json!({"v": "2"}), json!({})).await;
-    eventually("the old Job deleted", Duration::from_secs(30), || async {
-        job_uid(&client, &ns, "migrate")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    change_and_wait_deleted(&client, &ns).await;
     let failed = eventually("ReloadFailed Event", Duration::from_secs(30), || async {
         events(&client, &ns, "migrate", "ReloadFailed").await.pop()
     })
@@ -581,22 +591,11 @@ async fn a_job_whose_replacement_was_recorded_is_created_after_a_crash() {
     let cluster = cluster();
     let client = cluster.client().await;
     let ns = cluster.namespace(&client, "kinds-jobcrash").await;
-    apply_cm(&client, &ns, "cfg", json!({"v": "1"}), json!({})).await;
-    put(
-        &client,
-        &ns,
-        job(
-            "migrate",
-            json!({AUTO.0: AUTO.1}),
-            json!({"envFrom": [{"configMapRef": {"name": "cfg"}}]}),
-        ),
-    )
-    .await;
+    migrate_job(&client, &ns).await;
     // What `conflux install --export` grants in conflux's namespace for the records.
     let records_rule = json!([{"apiGroups": [""], "resources": ["secrets"],
                                "verbs": ["create", "delete"]}]);
-    let all = ["get", "list", "watch", "patch", "create", "delete"];
-    let no_create = ["get", "list", "watch", "patch", "delete"];
+    let (all, no_create) = (JOB_VERBS, JOB_VERBS_NO_CREATE);
     grant(&client, &ns, "alice", &no_create, records_rule.clone()).await;
     let mut with_records = config(&ns, false, false);
     with_records.records_namespace = Some(ns.clone());
@@ -604,14 +603,7 @@ async fn a_job_whose_replacement_was_recorded_is_created_after_a_crash() {
     wait_job_baseline(&client, &ns, "migrate").await;
     let old = job_uid(&client, &ns, "migrate").await.expect("uid");
 
-    apply_cm(&client, &ns, "cfg", json!({"v": "2"}), json!({})).await;
-    eventually("the old Job deleted", Duration::from_secs(30), || async {
-        job_uid(&client, &ns, "migrate")
-            .await
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    change_and_wait_deleted(&client, &ns).await;
     eventually("the create refused", Duration::from_secs(30), || {
         let n = rollouts_of(&first, WorkloadKind::Job, "error");
         async move { (n >= 1).then_some(()) }

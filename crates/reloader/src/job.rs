@@ -320,6 +320,18 @@ mod tests {
         .unwrap()
     }
 
+    /// The record of re-creating [`stored`] (uid 1234).
+    fn record(why: &str) -> Record {
+        let job = stored(json!({}));
+        Record {
+            namespace: "ns".into(),
+            name: "m".into(),
+            old_uid: "1234".into(),
+            replacement: replacement(&job, &patch(&job)).expect("replacement"),
+            why: why.into(),
+        }
+    }
+
     fn patch(job: &Job) -> WorkloadPatch {
         let state = WorkloadState::of(job.into()).unwrap();
         let mut patch = WorkloadPatch::keep(&state, "v2;new");
@@ -379,14 +391,7 @@ mod tests {
 
     #[test]
     fn a_record_reads_back_as_written_and_names_one_replaced_job() {
-        let job = stored(json!({}));
-        let record = Record {
-            namespace: "ns".into(),
-            name: "m".into(),
-            old_uid: "1234".into(),
-            replacement: replacement(&job, &patch(&job)).expect("replacement"),
-            why: "ConfigMap cfg changed (keys a)".into(),
-        };
+        let record = record("ConfigMap cfg changed (keys a)");
         let secret = record.to_secret("conflux-system").expect("secret");
         assert_eq!(secret.metadata.namespace.as_deref(), Some("conflux-system"));
         assert_eq!(
@@ -405,14 +410,7 @@ mod tests {
 
     #[test]
     fn records_that_are_not_well_formed_are_refused_without_their_data() {
-        let job = stored(json!({}));
-        let record = Record {
-            namespace: "ns".into(),
-            name: "m".into(),
-            old_uid: "1234".into(),
-            replacement: replacement(&job, &patch(&job)).expect("replacement"),
-            why: String::new(),
-        };
+        let record = record("");
         let good = record.to_secret("conflux-system").expect("secret");
         let mut garbled = good.clone();
         garbled.data = Some(BTreeMap::from([(
