@@ -4,10 +4,12 @@
 //! Kustomization graphs ([`fleet`]), and each Kustomization's objects as kustomize-controller
 //! builds them ([`kustomize`]: Flux's generator, the real kustomize or an exact built-in subset,
 //! the Kustomization's own overlay, then postBuild). It reads files and may run the `kustomize`
-//! binary; the analyses of what it finds live in the library crates' `audit` modules.
+//! binary. [`plan`] puts the library crates' `audit` modules together over what it finds: the
+//! plan `conflux plan` renders.
 
 mod error;
 pub mod fleet;
 pub mod kustomize;
+pub mod plan;
 
 pub use error::{Error, Result};

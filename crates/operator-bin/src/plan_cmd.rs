@@ -6,9 +6,8 @@
 //! FluxInstance) is read as Flux builds it, one cluster at a time (`conflux_fleet::fleet`); anything
 //! else is read as a flat set of manifests.
 //!
-//! This file only reads the input and renders; the answers come from the audits of the library
-//! crates (`copy_core::audit`, `watch_index::audit`, `reloader::audit`, `postbuild_subst::audit`,
-//! `postbuild_subst::resource_set`). Output: text, JSON (docs/plan-json.md) or graphviz. Exit
+//! This file only reads the flags and renders; the plans, and every finding in them, come from
+//! `conflux_fleet::plan` (over the audits of the library crates). Output: text, JSON (docs/plan-json.md) or graphviz. Exit
 //! status: 0 clean, 1 findings at or above `--fail-on` (unreadable input included), 2 usage.
 
 use std::collections::BTreeMap;
@@ -17,16 +16,12 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use copy_core::audit::{AuditOptions, Verdict};
-use postbuild_subst::audit::Document;
-use reloader::consumers::Keys;
 use serde_json::{Value, json};
-use watch_index::audit::{config_name, referrer_name};
-use watch_index::refs::ReferenceSet;
 use watch_index::selector::Selector;
 
 use conflux_fleet::fleet;
 use conflux_fleet::kustomize::{Engine, normalize};
+use conflux_fleet::plan::{Input, LEVELS, Options, Plan, Row, plan_cluster, plan_flat, row};
 
 /// Output formats of `conflux plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -91,199 +86,8 @@ pub struct PlanArgs {
     pub copy_resourceset_targets: bool,
 }
 
-const LEVELS: [&str; 3] = ["info", "warning", "error"];
+/// ANSI colours of the severities.
 const PAINT: [&str; 3] = ["34", "33", "31"];
-/// Findings' messages and objects are cut to this many characters.
-const MAX_MESSAGE: usize = 300;
-
-/// One finding of any audit: level 0 info, 1 warning, 2 error.
-struct Row {
-    level: usize,
-    domain: &'static str,
-    code: &'static str,
-    object: String,
-    file: Option<String>,
-    /// The line of the object's `kind:` in `file`, when it is found there.
-    line: Option<usize>,
-    message: String,
-}
-
-type Str = &'static str;
-
-fn row(level: usize, domain: Str, code: Str, object: String, message: String) -> Row {
-    Row {
-        level,
-        domain,
-        code,
-        object,
-        file: None,
-        line: None,
-        message,
-    }
-}
-
-/// Maps a library finding (the crates share the field names) to a [`Row`].
-macro_rules! row {
-    ($domain:expr, $f:expr) => {{
-        let f = $f;
-        let level = LEVELS.iter().position(|l| *l == f.severity.as_str());
-        row(level.unwrap_or(2), $domain, f.code, f.object, f.message)
-    }};
-}
-
-fn view((object, file): &(Value, Option<String>)) -> Document<'_> {
-    let file = file.as_deref();
-    Document { object, file }
-}
-
-/// The parsed input: documents with their file (relative to the directory given), and problems.
-#[derive(Default)]
-struct Input {
-    documents: Vec<(Value, Option<String>)>,
-    generated: usize,
-    rows: Vec<Row>,
-}
-
-impl Input {
-    fn problem(&mut self, object: String, message: String) {
-        self.rows
-            .push(row(2, "input", "InvalidInput", object, message));
-    }
-
-    fn read(&mut self, path: &Path) {
-        if path == Path::new("-") {
-            match std::io::read_to_string(std::io::stdin()) {
-                Ok(text) => self.parse(&text, "<stdin>", None),
-                Err(err) => self.problem("<stdin>".into(), format!("reading stdin: {err}")),
-            }
-            return;
-        }
-        if !path.is_dir() {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-            return self.read_file(path, name);
-        }
-        let mut problems = Vec::new();
-        for object in fleet::read_tree(path, &mut problems) {
-            self.push(object.object, &object.file);
-        }
-        for p in problems {
-            self.problem(p.object, p.message);
-        }
-    }
-
-    fn read_file(&mut self, path: &Path, relative: Option<String>) {
-        match std::fs::read_to_string(path) {
-            Ok(text) => self.parse(&text, &path.display().to_string(), relative),
-            Err(err) => self.problem(path.display().to_string(), format!("reading: {err}")),
-        }
-    }
-
-    fn parse(&mut self, text: &str, origin: &str, file: Option<String>) {
-        // As kustomize reads manifests: YAML 1.2 booleans, legacy octal (see kustomize.rs).
-        match conflux_fleet::kustomize::parse_documents(text) {
-            Ok(documents) => documents.into_iter().for_each(|d| self.push(d, &file)),
-            Err(err) => self.problem(origin.to_owned(), err.to_string()),
-        }
-    }
-
-    /// Adds an object; a SOPS-encrypted Secret keeps its keys, never its values.
-    fn push(&mut self, document: Value, file: &Option<String>) {
-        let document = if fleet::is_sops(&document) {
-            fleet::sops_placeholder(&document)
-        } else {
-            document
-        };
-        self.documents.push((document, file.clone()));
-    }
-
-    /// Appends what ResourceSets generate (no file: no Kustomization applies them); in the flat
-    /// mode, then sets the namespaces Flux Kustomizations' `targetNamespace` gives the manifests
-    /// they apply.
-    fn complete(&mut self, flat: bool) {
-        let mut generated = Vec::new();
-        for (document, file) in &self.documents {
-            if postbuild_subst::resource_set::is_resource_set(document) {
-                let expansion = postbuild_subst::resource_set::expand(document);
-                // In a fleet, a generated object's file is its ResourceSet's (for findings); in
-                // the flat mode no file, so no Kustomization path takes it as a resource.
-                let file = file.as_ref().filter(|_| !flat);
-                generated.extend(expansion.objects.into_iter().map(|d| (d, file.cloned())));
-                let findings = expansion.findings.into_iter();
-                self.rows.extend(findings.map(|f| row!("resourceset", f)));
-            }
-        }
-        for (document, file) in &self.documents {
-            if let Some(secret) = external_secret_target(document) {
-                generated.push((secret, file.as_ref().filter(|_| !flat).cloned()));
-            }
-        }
-        self.generated = generated.len();
-        self.documents.extend(generated);
-        if !flat {
-            return;
-        }
-        let documents: Vec<Document<'_>> = self.documents.iter().map(view).collect();
-        for (index, namespace) in postbuild_subst::audit::target_namespaces(&documents) {
-            let document = self.documents.get_mut(index).map(|(d, _)| d);
-            if let Some(Value::Object(metadata)) = document.and_then(|d| d.get_mut("metadata")) {
-                metadata.insert("namespace".into(), Value::String(namespace));
-            }
-        }
-    }
-}
-
-/// The Secret an External Secrets Operator `ExternalSecret` makes (`spec.target.name`, default
-/// its own name, unless `creationPolicy: None`): its keys (`spec.data[].secretKey`, the template's
-/// `data`) and the template's labels and annotations; never a value (each is the text
-/// `EXTERNAL`). Keys from `dataFrom` are not known offline.
-fn external_secret_target(object: &Value) -> Option<Value> {
-    let text = |p: &str| object.pointer(p).and_then(Value::as_str);
-    let group = text("/apiVersion")?.split('/').next()?;
-    if group != "external-secrets.io" || text("/kind") != Some("ExternalSecret") {
-        return None;
-    }
-    if text("/spec/target/creationPolicy") == Some("None") {
-        return None;
-    }
-    let name = text("/spec/target/name").or(text("/metadata/name"))?;
-    let mut data = serde_json::Map::new();
-    let external = Value::String("RVhURVJOQUw=".to_owned());
-    for entry in object
-        .pointer("/spec/data")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(key) = entry.get("secretKey").and_then(Value::as_str) {
-            data.insert(key.to_owned(), external.clone());
-        }
-    }
-    let template = object
-        .pointer("/spec/target/template/data")
-        .and_then(Value::as_object);
-    for key in template.into_iter().flat_map(|t| t.keys()) {
-        data.insert(key.clone(), external.clone());
-    }
-    let mut metadata = json!({"name": name, "namespace": text("/metadata/namespace")});
-    for field in ["labels", "annotations"] {
-        if let Some(map) = object.pointer(&format!("/spec/target/template/metadata/{field}")) {
-            metadata[field] = map.clone();
-        }
-    }
-    let secret_type = text("/spec/target/template/type").unwrap_or("Opaque");
-    Some(
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": metadata,
-                "type": secret_type, "data": data}),
-    )
-}
-
-/// One edge of any section, as every format renders it: the text cells (from, to, state, then
-/// the rest), whether the state is good (green) or not, and its JSON.
-struct Edge {
-    cells: Vec<String>,
-    good: bool,
-    json: Value,
-}
 
 /// The three sections: text titles and headers, JSON keys, DOT colours.
 const TITLES: [&str; 3] = ["Copies", "Watch edges", "Reload edges"];
@@ -294,17 +98,6 @@ const HEADERS: [&[&str]; 3] = [
 ];
 const KEYS: [&str; 3] = ["copies", "watchEdges", "reloadEdges"];
 const COLOURS: [&str; 3] = ["darkgreen", "blue", "purple"];
-
-/// The plan of one cluster (`name`: its directory), or of the flat input (`name` None).
-struct Plan {
-    name: Option<String>,
-    sections: [Vec<Edge>; 3],
-    rows: Vec<Row>,
-    documents: usize,
-    generated: usize,
-    /// In a fleet: each Kustomization built, the directory and how many objects it applies.
-    kustomizations: Vec<Value>,
-}
 
 /// Writes to stdout; a closed pipe (`conflux plan … | head`) ends quietly.
 fn emit(out: &str) -> std::io::Result<()> {
@@ -426,6 +219,12 @@ fn line_of(text: &str, object: &str) -> Option<usize> {
 
 /// The plans: one per cluster of a fleet repository, or one of the flat input.
 fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
+    let options = Options {
+        sync_source_namespaces: args.sync_source_namespaces.clone(),
+        copy_resourceset_targets: args.copy_resourceset_targets,
+        auto_reload_all: args.auto_reload_all,
+        watch_selector: selector.clone(),
+    };
     let mut external = Vec::new();
     for file in &args.external {
         let objects = conflux_fleet::kustomize::read_documents(file)
@@ -493,7 +292,7 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
             let mut plans = Vec::new();
             for entry in &entries {
                 let cluster = fleet::plan_cluster(root, entry, &engine, &external);
-                plans.push(plan_cluster(cluster, args, selector));
+                plans.push(plan_cluster(cluster, &options));
             }
             return Ok(plans);
         }
@@ -503,13 +302,7 @@ fn plans(args: &PlanArgs, selector: &Selector) -> Result<Vec<Plan>, String> {
     for object in external {
         input.push(object.object, &object.file);
     }
-    input.complete(true);
-    let documents: Vec<Document<'_>> = input.documents.iter().map(view).collect();
-    let substitution = postbuild_subst::audit::audit(&documents);
-    let rows = substitution.into_iter().map(|f| row!("substitution", f));
-    let mut rows: Vec<Row> = rows.collect();
-    rows.extend(outside_rows);
-    Ok(vec![audit(input, None, rows, &[], args, selector)])
+    Ok(vec![plan_flat(input, outside_rows, &options)])
 }
 
 fn fleet_object(object: Value, file: &str) -> conflux_fleet::kustomize::Object {
@@ -578,235 +371,6 @@ fn clusters(
         });
     }
     Ok(entries)
-}
-
-/// Audits one cluster of a fleet: the objects applied to it, and each Kustomization's postBuild
-/// with what it applies.
-fn plan_cluster(cluster: fleet::Cluster, args: &PlanArgs, selector: &Selector) -> Plan {
-    let mut input = Input::default();
-    for object in &cluster.objects {
-        input.push(object.object.clone(), &object.file);
-    }
-    input.complete(false);
-    let mut rows = Vec::new();
-    for problem in cluster.problems {
-        let domain = if problem.code == "SourceNotFollowed" {
-            "fleet"
-        } else {
-            "build"
-        };
-        rows.push(Row {
-            level: problem.level,
-            domain,
-            code: problem.code,
-            object: problem.object,
-            file: problem.file,
-            line: None,
-            message: problem.message,
-        });
-    }
-    let applied = cluster.applied;
-    audit(input, Some(cluster.name), rows, &applied, args, selector)
-}
-
-fn audit(
-    input: Input,
-    name: Option<String>,
-    extra: Vec<Row>,
-    applied: &[fleet::Applied],
-    args: &PlanArgs,
-    selector: &Selector,
-) -> Plan {
-    let trusted = args.sync_source_namespaces.iter().filter(|s| !s.is_empty());
-    let sync_source_namespaces = trusted.cloned().collect();
-    let options = AuditOptions {
-        sync_source_namespaces,
-        resource_set_targets: args.copy_resourceset_targets,
-    };
-    let mut world: Vec<Value> = input.documents.iter().map(|(d, _)| d.clone()).collect();
-    let copies = copy_core::audit::audit(&world, &options);
-    world.extend(copies.written.iter().cloned());
-    let watch = watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
-    let auto_reload_all = args.auto_reload_all;
-    let reload = reloader::audit::audit(
-        &world,
-        reloader::opt_in::Options {
-            auto_reload_all,
-            ..Default::default()
-        },
-    );
-
-    let mut rows = Vec::new();
-    rows.extend(copies.findings.into_iter().map(|f| {
-        let mut r = row!("copy", f);
-        if r.code == "CopySourceMissing" {
-            // Not in the repository is not "not in the cluster".
-            r.level = r.level.min(1);
-            r.message
-                .push_str(" (if it is made outside the repository, declare it with --external)");
-        }
-        r
-    }));
-    // A ConfigMap/Secret whose name carries kustomize's content hash is renamed by a change, and
-    // its referrers (which name it) change with it: they reconcile without a watch label.
-    let hashed: std::collections::BTreeSet<String> = applied
-        .iter()
-        .flat_map(|a| &a.resources)
-        .filter(|o| {
-            matches!(
-                o.object.get("kind").and_then(Value::as_str),
-                Some("ConfigMap" | "Secret")
-            )
-        })
-        .filter(|o| {
-            let name = o.object.pointer("/metadata/name").and_then(Value::as_str);
-            let suffix = format!("-{}", conflux_fleet::kustomize::hash_suffix(&o.object));
-            name.is_some_and(|n| n.ends_with(&suffix))
-        })
-        .map(|o| fleet::object_name(&o.object))
-        .collect();
-    rows.extend(watch.findings.into_iter().map(|f| {
-        let mut r = row!("watch", f);
-        if r.code == "WatchLabelMissing" && hashed.contains(&r.object) {
-            r.level = 0;
-            r.code = "WatchLabelNotNeeded";
-            r.message = "no watch label, none needed: its name carries kustomize's content hash, so a change renames it and its referrers change with it".to_owned();
-        }
-        r
-    }));
-    rows.extend(reload.findings.into_iter().map(|f| row!("reload", f)));
-    // Each Kustomization's postBuild, with what it applies and the cluster's ConfigMaps and
-    // Secrets as they would be (copies filled in).
-    let configs: Vec<&Value> = world
-        .iter()
-        .filter(|d| {
-            matches!(
-                d.get("kind").and_then(Value::as_str),
-                Some("ConfigMap" | "Secret")
-            )
-        })
-        .collect();
-    for applied in applied {
-        let resources: Vec<Document<'_>> = applied
-            .resources
-            .iter()
-            .map(|o| Document {
-                object: &o.object,
-                file: o.file.as_deref(),
-            })
-            .collect();
-        let ks = &applied.kustomization;
-        let findings = postbuild_subst::audit::audit_kustomization(ks, &resources, &configs);
-        rows.extend(findings.into_iter().map(|f| row!("substitution", f)));
-    }
-    rows.extend(extra);
-    rows.extend(helm_values_reloads(&input.documents));
-    let (generated, mut rows) = (input.generated, rows);
-    rows.splice(0..0, input.rows);
-    let documents = input.documents.len() - generated;
-    if documents == 0 {
-        rows.push(row(
-            1,
-            "input",
-            "NothingToPlan",
-            name.clone().unwrap_or_else(|| "input".to_owned()),
-            "no Kubernetes object found to plan".to_owned(),
-        ));
-    }
-    // Each finding names a file: its own, else that of the object it is about.
-    let mut files: BTreeMap<String, String> = BTreeMap::new();
-    for (object, file) in &input.documents {
-        if let Some(file) = file {
-            files
-                .entry(fleet::object_name(object))
-                .or_insert_with(|| file.clone());
-        }
-    }
-    for r in &mut rows {
-        if r.file.is_none() {
-            r.file = files.get(&r.object).cloned();
-        }
-        r.message = conflux_fleet::kustomize::shorten(&r.message, MAX_MESSAGE);
-        r.object = conflux_fleet::kustomize::shorten(&r.object, MAX_MESSAGE);
-    }
-    rows.sort_by(|a, b| (b.level, &a.object, a.code).cmp(&(a.level, &b.object, b.code)));
-
-    let copy_edges = copies.copies.into_iter().map(|c| {
-        let (from, to) = (c.source.to_string(), c.target.to_string());
-        let (via, state, detail) = (c.via.to_string(), c.verdict.as_str(), c.verdict.detail());
-        let json = json!({"source": from, "target": to, "via": via, "verdict": state,
-                          "detail": detail});
-        let good = matches!(c.verdict, Verdict::Allowed(_));
-        let cells = vec![from, to, state.to_owned(), via, detail];
-        Edge { cells, good, json }
-    });
-    let watch_edges = watch.edges.into_iter().map(|e| {
-        let (from, to) = (config_name(&e.source), referrer_name(&e.referrer));
-        let json = json!({
-            "source": from, "referrer": to, "referrerApiGroup": &*e.referrer.group,
-            "path": &*e.path, "optional": e.optional, "sourceFound": e.source_found,
-            "watched": e.watched, "when": e.when(), "interval": e.interval,
-        });
-        let interval = e.interval.clone().unwrap_or_else(|| "-".into());
-        let cells = vec![from, to, e.when().into(), interval, e.path.to_string()];
-        let good = e.watched;
-        Edge { cells, good, json }
-    });
-    let reload_edges = reload.edges.into_iter().map(|e| {
-        let (from, to) = (config_name(&e.config), referrer_name(&e.workload));
-        let keys = match &e.keys {
-            Keys::Only(keys) => Some(keys.iter().cloned().collect::<Vec<_>>()),
-            _ => None,
-        };
-        let json = json!({
-            "config": from, "workload": to, "annotation": e.annotation(), "why": e.why(),
-            "keys": keys, "optional": e.optional, "configFound": e.config_found,
-        });
-        let (cells, good) = (vec![from, to, e.why()], true);
-        Edge { cells, good, json }
-    });
-    let (copies, watches) = (copy_edges.collect(), watch_edges.collect());
-    let sections = [copies, watches, reload_edges.collect()];
-    let kustomizations = applied
-        .iter()
-        .map(|a| {
-            json!({"name": fleet::object_name(&a.kustomization), "path": a.path,
-                   "objects": a.resources.len()})
-        })
-        .collect();
-    Plan {
-        name,
-        sections,
-        rows,
-        documents,
-        generated,
-        kustomizations,
-    }
-}
-
-/// Reload annotations inside HelmRelease values (the app-template pattern) are rendered by the
-/// chart: their edges are not evaluated offline, and this says so.
-fn helm_values_reloads(documents: &[(Value, Option<String>)]) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for (object, file) in documents {
-        let is_release = object.get("kind").and_then(Value::as_str) == Some("HelmRelease");
-        let Some(values) = object.pointer("/spec/values").filter(|_| is_release) else {
-            continue;
-        };
-        let text = values.to_string();
-        if text.contains("reloader.stakater.com/") || text.contains("wave.pusher.com/") {
-            let mut r = row(
-                0,
-                "reload",
-                "ReloadNotEvaluated",
-                fleet::object_name(object),
-                "reload annotations in spec.values: not evaluated (needs the chart); the workloads the chart renders roll as those annotations say".to_owned(),
-            );
-            r.file = file.clone();
-            rows.push(r);
-        }
-    }
-    rows
 }
 
 /// A cell: text and an optional ANSI colour.
