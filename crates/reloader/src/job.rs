@@ -177,8 +177,13 @@ impl Record {
     /// The name of the record's Secret: one per replaced Job (its namespace, name and uid),
     /// so a later decision about the same Job overwrites it.
     pub fn secret_name(&self) -> String {
+        Record::secret_name_of(&self.namespace, &self.name, &self.old_uid)
+    }
+
+    /// [`Record::secret_name`] from the replaced Job's namespace, name and uid alone.
+    pub fn secret_name_of(namespace: &str, name: &str, old_uid: &str) -> String {
         let mut h = Sha256::new();
-        for part in [&self.namespace, &self.name, &self.old_uid] {
+        for part in [namespace, name, old_uid] {
             h.update(part.as_bytes());
             h.update([0]);
         }

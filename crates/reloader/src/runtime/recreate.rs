@@ -166,16 +166,16 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
 /// deleted yet is retried with backoff (a stale record would re-create the Job after a restart
 /// should it be deleted meanwhile).
 async fn finish(ctx: &Context, object: &ObjectRef) {
-    let pending = {
+    let recorded_uid = {
         let mut state = ctx.state();
         let Some(r) = state.recreations.get_mut(object) else {
             return;
         };
         r.finished = true;
-        r.recorded.then(|| r.clone())
+        r.recorded.then(|| r.old_uid.clone())
     };
-    let result = match (&ctx.config.records_namespace, pending) {
-        (Some(ns), Some(r)) => delete_record(ctx, ns, object, &r).await,
+    let result = match (&ctx.config.records_namespace, recorded_uid) {
+        (Some(ns), Some(old_uid)) => delete_record(ctx, ns, object, &old_uid).await,
         _ => Ok(()),
     };
     match result {
@@ -219,7 +219,7 @@ async fn write_record(ctx: &Context, ns: &str, object: &ObjectRef, r: &Recreatio
         Ok(_) => Ok(()),
         // A record of an earlier decision about the same Job: replaced by this one.
         Err(kube::Error::Api(status)) if status.code == 409 => {
-            delete_record(ctx, ns, object, r).await?;
+            delete_record(ctx, ns, object, &r.old_uid).await?;
             api.create(&params, &secret)
                 .await
                 .map(|_| ())
@@ -229,9 +229,10 @@ async fn write_record(ctx: &Context, ns: &str, object: &ObjectRef, r: &Recreatio
     }
 }
 
-/// Deletes the record of `r` from `ns` (gone already is fine).
-async fn delete_record(ctx: &Context, ns: &str, object: &ObjectRef, r: &Recreation) -> Result<()> {
-    let name = record_of(object, r).secret_name();
+/// Deletes the record of the re-creation of `object` replacing the Job with uid `old_uid` from
+/// `ns` (gone already is fine).
+async fn delete_record(ctx: &Context, ns: &str, object: &ObjectRef, old_uid: &str) -> Result<()> {
+    let name = Record::secret_name_of(&object.namespace, &object.name, old_uid);
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
     match api.delete(&name, &DeleteParams::default()).await {
         Ok(_) => Ok(()),
@@ -383,7 +384,7 @@ async fn drive(ctx: &Context, object: &ObjectRef) -> Result<Outcome> {
     };
     if r.finished {
         if let Some(ns) = &ctx.config.records_namespace {
-            delete_record(ctx, ns, object, &r).await?;
+            delete_record(ctx, ns, object, &r.old_uid).await?;
         }
         return Ok(Outcome::Forgotten);
     }
