@@ -50,7 +50,8 @@ use crate::config_sync::{self, ConfigSyncSpec, ConflictPolicy};
 use crate::consent::{self, ALLOWED_NAMESPACES_ANNOTATION, Grant, Refusal};
 use crate::copy_from::{self, Pull, PullVia};
 use crate::desired::{fan_out_copy, pulled};
-use crate::fan_out::{FanOut, NamespaceView, Predecessor};
+use crate::fan_out::{FanOut, Predecessor};
+use crate::selection::NamespaceView;
 use crate::source::{ConfigObject, SourceRef};
 use crate::{Error, reflector, replicator};
 

@@ -26,72 +26,31 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::copy_from::PullVia;
-use crate::fan_out::NamespaceView;
 use crate::glob::glob_match;
 use crate::patterns::shorten;
+use crate::selection::{NamespaceView, Selection};
 use crate::source::SourceRef;
 use crate::{Error, reflector, replicator};
+
+// A refusal is an error's detail, defined with the error; callers look for it here.
+pub use crate::error::{Refusal, SourceSays};
 
 /// Annotation on a source listing (comma-separated globs) the namespaces it may be copied into.
 pub const ALLOWED_NAMESPACES_ANNOTATION: &str = "copy.conflux.dev/allowed-namespaces";
 
-/// Why a cross-namespace copy was refused. Names the kinds, namespaces and the annotations, never
-/// any data, so it is safe in Events, logs and status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// The source that was asked for.
-    pub source: SourceRef,
-    /// The namespace the copy would go into.
-    pub target_namespace: String,
-    /// What the source says (boxed: a refusal travels in many `Result`s).
-    pub said: Box<SourceSays>,
-}
-
-/// What a refused source says about consent.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SourceSays {
-    /// The consent annotations the source carries that do not admit the namespace.
-    pub unmatched: Vec<&'static str>,
-    /// A reflector or replicator `*-allowed` annotation the source carries with a value that is not
-    /// `true` (the annotation and its value, shortened).
-    pub declined: Vec<(&'static str, String)>,
-    /// The consent annotation to name when the source carries none: the one the target's tool
-    /// asks for ([`PullVia::consent_annotation`]).
-    pub wanted: &'static str,
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "copying {} into namespace '{}' is not allowed: ",
-            self.source, self.target_namespace
-        )?;
-        let said = &self.said;
-        if said.unmatched.is_empty() && said.declined.is_empty() {
-            return write!(
-                f,
-                "the source in namespace '{}' has no {} annotation",
-                self.source.namespace, said.wanted
-            );
+/// Consent is asked for in the words of the tool whose annotation made the copy: defined here,
+/// beside the annotations it names, so pull copies need not know about consent.
+impl PullVia {
+    /// The consent annotation a refusal names when the source has none: the one the target's
+    /// tool asks for.
+    pub fn consent_annotation(self) -> &'static str {
+        match self {
+            PullVia::CopyFrom => ALLOWED_NAMESPACES_ANNOTATION,
+            PullVia::Reflects => reflector::ALLOWED,
+            PullVia::ReplicateFrom => replicator::REPLICATION_ALLOWED,
         }
-        let mut parts = Vec::new();
-        if !said.unmatched.is_empty() {
-            let plural = if said.unmatched.len() == 1 { "" } else { "s" };
-            parts.push(format!(
-                "namespace '{}' does not match the source's {} annotation{plural}",
-                self.target_namespace,
-                said.unmatched.join(", ")
-            ));
-        }
-        for (annotation, value) in &said.declined {
-            parts.push(format!("the source's {annotation} is '{value}', not true"));
-        }
-        f.write_str(&parts.join("; "))
     }
 }
-
-impl std::error::Error for Refusal {}
 
 /// Whether `source` (with its annotations) may be copied into `target_namespace`, by conflux's
 /// own [`ALLOWED_NAMESPACES_ANNOTATION`] alone. The controllers ask [`decide`], which also reads
@@ -223,7 +182,7 @@ pub fn needs_namespace_labels(source_annotations: Option<&BTreeMap<String, Strin
 
 /// A peer's consent reader ([`reflector::consent`], [`replicator::consent`]).
 type PeerConsent =
-    fn(&SourceRef, Option<&BTreeMap<String, String>>) -> crate::Result<Option<crate::Selection>>;
+    fn(&SourceRef, Option<&BTreeMap<String, String>>) -> crate::Result<Option<Selection>>;
 
 /// True when the annotation value `list` (comma-separated globs, whitespace around entries ignored,
 /// empty entries skipped) matches `namespace`.

@@ -101,16 +101,6 @@ impl PullVia {
         }
     }
 
-    /// The consent annotation a refusal names when the source has none: the one the target's
-    /// tool asks for.
-    pub fn consent_annotation(self) -> &'static str {
-        match self {
-            PullVia::CopyFrom => crate::consent::ALLOWED_NAMESPACES_ANNOTATION,
-            PullVia::Reflects => reflector::ALLOWED,
-            PullVia::ReplicateFrom => replicator::REPLICATION_ALLOWED,
-        }
-    }
-
     /// Whether the source's data replaces the target's (copyFrom, reflector) or is merged into it,
     /// keeping the keys the target has of its own (replicator; see
     /// [`pull_copy_as`](crate::desired::pull_copy_as)).

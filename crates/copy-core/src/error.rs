@@ -1,7 +1,8 @@
 //! The one error type of this crate. No message ever contains ConfigMap or Secret data: only kinds,
 //! namespaces, names, annotation names and Secret types.
 
-use crate::consent::Refusal;
+use std::fmt;
+
 use crate::source::SourceRef;
 
 /// Everything that can go wrong in this crate. `Display` gives Flux Operator's message where one
@@ -214,6 +215,65 @@ pub struct SecretTypeConflict {
     pub source_type: String,
 }
 
+/// The details of [`Error::Refused`]: why a cross-namespace copy was refused (see
+/// [`consent`](crate::consent)). Names the kinds, namespaces and the annotations, never
+/// any data, so it is safe in Events, logs and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The source that was asked for.
+    pub source: SourceRef,
+    /// The namespace the copy would go into.
+    pub target_namespace: String,
+    /// What the source says (boxed: a refusal travels in many `Result`s).
+    pub said: Box<SourceSays>,
+}
+
+/// What a refused source says about consent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceSays {
+    /// The consent annotations the source carries that do not admit the namespace.
+    pub unmatched: Vec<&'static str>,
+    /// A reflector or replicator `*-allowed` annotation the source carries with a value that is not
+    /// `true` (the annotation and its value, shortened).
+    pub declined: Vec<(&'static str, String)>,
+    /// The consent annotation to name when the source carries none: the one the target's tool
+    /// asks for ([`PullVia::consent_annotation`](crate::copy_from::PullVia::consent_annotation)).
+    pub wanted: &'static str,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "copying {} into namespace '{}' is not allowed: ",
+            self.source, self.target_namespace
+        )?;
+        let said = &self.said;
+        if said.unmatched.is_empty() && said.declined.is_empty() {
+            return write!(
+                f,
+                "the source in namespace '{}' has no {} annotation",
+                self.source.namespace, said.wanted
+            );
+        }
+        let mut parts = Vec::new();
+        if !said.unmatched.is_empty() {
+            let plural = if said.unmatched.len() == 1 { "" } else { "s" };
+            parts.push(format!(
+                "namespace '{}' does not match the source's {} annotation{plural}",
+                self.target_namespace,
+                said.unmatched.join(", ")
+            ));
+        }
+        for (annotation, value) in &said.declined {
+            parts.push(format!("the source's {annotation} is '{value}', not true"));
+        }
+        f.write_str(&parts.join("; "))
+    }
+}
+
+impl std::error::Error for Refusal {}
+
 impl Error {
     /// A short, stable name for the error: the `Ready` condition reason, an Event reason and a metric
     /// label.
@@ -262,5 +322,32 @@ impl Error {
                 | Error::UntrustedSyncSource { .. }
                 | Error::InvalidSelector { .. }
         )
+    }
+}
+
+/// The error a source reference makes, kept with the error so sources need not know it.
+impl SourceRef {
+    /// The error to report when the source cannot be read (not found, forbidden, ...):
+    /// `failed to copy data from <Kind>/<ns>/<name>: <reason>`, as Flux Operator words it.
+    pub fn unavailable(&self, reason: impl fmt::Display) -> Error {
+        Error::SourceUnavailable {
+            source_ref: self.clone(),
+            reason: reason.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceKind;
+
+    #[test]
+    fn unavailable_message_is_flux_operators() {
+        let src = SourceRef::new(SourceKind::ConfigMap, "infra", "cfg");
+        assert_eq!(
+            src.unavailable("configmaps \"cfg\" not found").to_string(),
+            "failed to copy data from ConfigMap/infra/cfg: configmaps \"cfg\" not found"
+        );
     }
 }

@@ -16,6 +16,7 @@ pub mod reflector;
 pub mod replicator;
 #[cfg(feature = "runtime")]
 pub mod runtime;
+pub mod selection;
 pub mod source;
 pub mod status;
 pub mod steps;
@@ -25,8 +26,9 @@ pub use config_sync::ConfigSync;
 pub use config_sync::{ConfigSyncSpec, ConfigSyncStatus};
 pub use desired::{DesiredCopy, WriteMode};
 pub use error::{ConflictingSources, Error, SecretTypeConflict};
-pub use fan_out::{FanOut, NamespaceView, Predecessor, Selection};
+pub use fan_out::{FanOut, Predecessor};
 pub use ownership::Owner;
+pub use selection::{NamespaceView, Selection};
 pub use source::{ConfigObject, SourceKind, SourceRef};
 pub use steps::{Step, plan_deletion, plan_sync};
 

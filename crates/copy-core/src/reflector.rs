@@ -35,8 +35,8 @@ use std::collections::BTreeMap;
 use watch_index::refs::parse_copy_from;
 use watch_index::selector::Selector;
 
-use crate::fan_out::Selection;
 use crate::patterns::{Dialect, NamePatterns, shorten};
+use crate::selection::Selection;
 use crate::source::SourceRef;
 use crate::{Error, Result};
 
@@ -230,7 +230,7 @@ pub fn is_auto_mirror_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fan_out::NamespaceView;
+    use crate::selection::NamespaceView;
     use crate::source::SourceKind;
 
     use crate::testing::map as ann;

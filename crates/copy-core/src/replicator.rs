@@ -33,8 +33,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use watch_index::refs::parse_copy_from;
 use watch_index::selector::Selector;
 
-use crate::fan_out::Selection;
 use crate::patterns::{Dialect, NamePatterns, shorten};
+use crate::selection::Selection;
 use crate::source::{ConfigObject, SourceRef};
 use crate::{Error, Result};
 
@@ -203,7 +203,7 @@ pub fn is_push_copy(observed: &ConfigObject) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fan_out::NamespaceView;
+    use crate::selection::NamespaceView;
     use crate::source::SourceKind;
 
     use crate::testing::map as ann;

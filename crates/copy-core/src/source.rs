@@ -10,8 +10,6 @@ use sha2::{Digest, Sha256};
 use watch_index::redact::{RedactedConfigMap, RedactedSecret};
 use watch_index::refs::{ConfigKey, ConfigKind};
 
-use crate::Error;
-
 /// The Secret type the API server defaults to, and what an empty source type becomes.
 pub const SECRET_TYPE_OPAQUE: &str = "Opaque";
 
@@ -39,15 +37,6 @@ impl SourceRef {
             kind,
             namespace: namespace.into(),
             name: name.into(),
-        }
-    }
-
-    /// The error to report when the source cannot be read (not found, forbidden, ...):
-    /// `failed to copy data from <Kind>/<ns>/<name>: <reason>`, as Flux Operator words it.
-    pub fn unavailable(&self, reason: impl fmt::Display) -> Error {
-        Error::SourceUnavailable {
-            source_ref: self.clone(),
-            reason: reason.to_string(),
         }
     }
 
@@ -325,14 +314,5 @@ mod tests {
         assert!(secret(None, &[]).same_content(&ConfigObject::Secret(Secret::default())));
         assert!(!secret(None, &[("k", "v")]).same_content(&secret(None, &[])));
         assert!(!ConfigObject::ConfigMap(ConfigMap::default()).same_content(&secret(None, &[])));
-    }
-
-    #[test]
-    fn unavailable_message_is_flux_operators() {
-        let src = SourceRef::new(SourceKind::ConfigMap, "infra", "cfg");
-        assert_eq!(
-            src.unavailable("configmaps \"cfg\" not found").to_string(),
-            "failed to copy data from ConfigMap/infra/cfg: configmaps \"cfg\" not found"
-        );
     }
 }

@@ -26,8 +26,9 @@ use watch_index::redact::RedactedJson;
 
 use crate::config_sync::{ConflictPolicy, DeletionPolicy};
 use crate::desired::{fan_out_copy, stray_keys_patch};
-use crate::fan_out::{FanOut, NamespaceView};
+use crate::fan_out::FanOut;
 use crate::ownership::{ORPHANED_ANNOTATION, is_managed, release_patch};
+use crate::selection::NamespaceView;
 use crate::source::ConfigObject;
 
 /// Why a copy is deleted and created again instead of patched.
