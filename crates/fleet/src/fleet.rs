@@ -25,22 +25,15 @@ use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute
 use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
 use serde_json::{Value, json};
 
-use crate::kustomize::{Engine, Object, join, normalize};
+use crate::kustomize::{Engine, Object};
+use crate::path::{join, normalize};
 
-/// One problem found while reading the fleet (not while auditing its objects).
-#[derive(Debug, Clone)]
-pub struct Problem {
-    /// 1 warning, 2 error.
-    pub level: usize,
-    /// A stable reason code.
-    pub code: &'static str,
-    /// The object or path concerned.
-    pub object: String,
-    /// The file, relative to the repository root, when known.
-    pub file: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
+// Defined with what builds and names objects; still reachable here, where `conflux plan` and
+// embedders look for them.
+pub use crate::kustomize::FluxOverlay;
+pub use crate::object::object_name;
+pub use crate::path::{parent, relative};
+pub use crate::problem::Problem;
 
 /// What one Flux Kustomization applies.
 #[derive(Debug, Clone)]
@@ -88,15 +81,6 @@ fn is_flux_instance(object: &Value) -> bool {
     group(object) == "fluxcd.controlplane.io" && text(object, "/kind") == "FluxInstance"
 }
 
-/// `Kind/namespace/name` (`Kind/name` without a namespace).
-pub fn object_name(object: &Value) -> String {
-    let (kind, name) = (text(object, "/kind"), text(object, "/metadata/name"));
-    match text(object, "/metadata/namespace") {
-        "" => format!("{kind}/{name}"),
-        namespace => format!("{kind}/{namespace}/{name}"),
-    }
-}
-
 /// A cluster entry point: the Kustomization Flux starts with and the file declaring it.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -114,7 +98,7 @@ pub struct Entry {
 fn source_root(file: &str, path: &str) -> String {
     let mut dir = parent(file);
     loop {
-        let full = crate::kustomize::join(&dir, path);
+        let full = join(&dir, path);
         if full.is_empty() || file.starts_with(&format!("{full}/")) {
             return dir;
         }
@@ -518,76 +502,6 @@ fn build_one(
     }
 }
 
-/// The fields of a Flux Kustomization that kustomize-controller adds to the kustomization it
-/// builds (`targetNamespace`, `namePrefix`, `nameSuffix`, `patches`, `components`, `images`),
-/// and `commonMetadata`, which it sets on every object after the build.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct FluxOverlay {
-    /// `spec.targetNamespace`.
-    pub namespace: Option<String>,
-    /// `spec.namePrefix`.
-    pub name_prefix: Option<String>,
-    /// `spec.nameSuffix`.
-    pub name_suffix: Option<String>,
-    /// `spec.patches`, as kustomize `patches` entries.
-    pub patches: Vec<Value>,
-    /// `spec.components`, relative to the path.
-    pub components: Vec<String>,
-    /// `spec.images`.
-    pub images: Vec<Value>,
-    /// `spec.commonMetadata`.
-    pub common_metadata: Option<Value>,
-}
-
-impl FluxOverlay {
-    fn of(ks: &Value) -> Self {
-        let string = |p: &str| ks.pointer(p).and_then(Value::as_str).map(str::to_owned);
-        let list = |p: &str| {
-            ks.pointer(p)
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default()
-        };
-        FluxOverlay {
-            namespace: string("/spec/targetNamespace").filter(|s| !s.is_empty()),
-            name_prefix: string("/spec/namePrefix").filter(|s| !s.is_empty()),
-            name_suffix: string("/spec/nameSuffix").filter(|s| !s.is_empty()),
-            patches: list("/spec/patches"),
-            components: list("/spec/components")
-                .iter()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect(),
-            images: list("/spec/images"),
-            common_metadata: ks.pointer("/spec/commonMetadata").cloned(),
-        }
-    }
-
-    /// Whether kustomize has anything to add to the directory's own kustomization.
-    pub fn is_empty(&self) -> bool {
-        self.namespace.is_none()
-            && self.name_prefix.is_none()
-            && self.name_suffix.is_none()
-            && self.patches.is_empty()
-            && self.components.is_empty()
-            && self.images.is_empty()
-    }
-
-    /// `spec.commonMetadata`: labels and annotations on every object (kustomize-controller's
-    /// post-build step, which does not touch selectors).
-    fn common_metadata(&self, objects: &mut [Object]) {
-        let Some(common) = &self.common_metadata else {
-            return;
-        };
-        for object in objects {
-            for field in ["labels", "annotations"] {
-                if let Some(extra) = common.get(field).and_then(Value::as_object) {
-                    crate::kustomize::insert_all(&mut object.object, "/metadata", field, extra);
-                }
-            }
-        }
-    }
-}
-
 /// A Secret encrypted with SOPS (a top-level `sops` key): its values are never decoded.
 pub fn is_sops(object: &Value) -> bool {
     text(object, "/kind") == "Secret" && object.get("sops").is_some_and(Value::is_object)
@@ -714,18 +628,6 @@ pub fn yaml_files(root: &Path) -> Vec<PathBuf> {
     }
     files.sort();
     files
-}
-
-/// `path` relative to `root`, with `/` separators.
-pub fn relative(root: &Path, path: &Path) -> String {
-    let relative: PathBuf = path.strip_prefix(root).unwrap_or(path).to_path_buf();
-    relative.to_string_lossy().replace('\\', "/")
-}
-
-/// The directory of a file path (`a/b/c.yaml` → `a/b`).
-pub fn parent(file: &str) -> String {
-    file.rsplit_once('/')
-        .map_or(String::new(), |(d, _)| d.to_owned())
 }
 
 #[cfg(test)]

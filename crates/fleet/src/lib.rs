@@ -10,6 +10,9 @@
 mod error;
 pub mod fleet;
 pub mod kustomize;
+mod object;
+mod path;
 pub mod plan;
+mod problem;
 
 pub use error::{Error, Result};

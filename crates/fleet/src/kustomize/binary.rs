@@ -8,10 +8,10 @@ use std::process::Command;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Build, Object, add_overlay, generated_resources, join, kustomization_file, normalize,
+    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, normalize,
     parse_documents, tail,
 };
-use crate::fleet::{FluxOverlay, Problem};
+use crate::problem::Problem;
 use crate::{Error, Result};
 
 /// Runs the real kustomize on a temporary kustomization that lists `dir` (see the module docs).
@@ -45,7 +45,7 @@ pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay
     kustomization.insert("kind".into(), json!("Kustomization"));
     kustomization.insert("resources".into(), json!(resources));
     kustomization.insert("buildMetadata".into(), json!(["originAnnotations"]));
-    add_overlay(&mut kustomization, overlay);
+    overlay.add_to(&mut kustomization);
     if !overlay.components.is_empty() {
         let components = overlay.components.iter().map(|c| to(&join(dir, c)));
         kustomization.insert("components".into(), json!(components.collect::<Vec<_>>()));

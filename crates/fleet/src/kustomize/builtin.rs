@@ -12,9 +12,10 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{
-    Build, Object, add_overlay, generated_resources, join, kustomization_file, read_documents,
+    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, read_documents,
 };
-use crate::fleet::{FluxOverlay, Problem, relative};
+use crate::path::relative;
+use crate::problem::Problem;
 use crate::{Error, Result};
 
 /// The fields of a kustomization the built-in engine applies.
@@ -63,7 +64,7 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
     };
     // Flux's own fields go into the same kustomization.
     if let Some(map) = kustomization.as_object_mut() {
-        add_overlay(map, overlay);
+        overlay.add_to(map);
         if !overlay.components.is_empty() {
             let components = map.entry("components").or_insert_with(|| json!([]));
             if let Some(list) = components.as_array_mut() {

@@ -18,35 +18,20 @@
 
 mod binary;
 mod builtin;
+mod overlay;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
-use crate::fleet::{FluxOverlay, Problem, relative};
+use crate::path::relative;
+use crate::problem::Problem;
 use crate::{Error, Result};
 
+pub use crate::object::Object;
+pub use crate::path::{join, normalize};
 pub use builtin::hash_suffix;
-pub(crate) use builtin::insert_all;
-
-/// A built object and the file it came from, relative to the repository root.
-#[derive(Clone, PartialEq)]
-pub struct Object {
-    /// The object.
-    pub object: Value,
-    /// Its file (for generated objects: the kustomization file that generated it).
-    pub file: Option<String>,
-}
-
-/// By hand: the object may be a Secret.
-impl std::fmt::Debug for Object {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Object")
-            .field("object", &crate::fleet::object_name(&self.object))
-            .field("file", &self.file)
-            .finish()
-    }
-}
+pub use overlay::FluxOverlay;
 
 /// What a build gives: the objects and the problems worth a finding.
 #[derive(Debug, Default)]
@@ -70,17 +55,6 @@ pub enum Engine {
 /// The names kustomize recognises as a kustomization file, in its order.
 pub const KUSTOMIZATION_FILES: [&str; 3] =
     ["kustomization.yaml", "kustomization.yml", "Kustomization"];
-
-pub use postbuild_subst::audit::normalize;
-
-/// `dir` joined with a relative `entry`, normalised.
-pub fn join(dir: &str, entry: &str) -> String {
-    if dir.is_empty() {
-        normalize(entry)
-    } else {
-        normalize(&format!("{dir}/{entry}"))
-    }
-}
 
 /// Parses a multi-document YAML file as kustomize does; `List` kinds are expanded, non-objects
 /// dropped.
@@ -224,26 +198,6 @@ impl Engine {
                 other => other,
             },
             Engine::BuiltIn => builtin::build(root, dir, overlay),
-        }
-    }
-}
-
-/// Sets the Flux Kustomization's `targetNamespace`, `namePrefix`, `nameSuffix`, `patches` and
-/// `images` on a kustomization, as kustomize-controller does (components differ per engine).
-fn add_overlay(kustomization: &mut Map<String, Value>, overlay: &FluxOverlay) {
-    let strings = [
-        ("namespace", &overlay.namespace),
-        ("namePrefix", &overlay.name_prefix),
-        ("nameSuffix", &overlay.name_suffix),
-    ];
-    for (key, value) in strings {
-        if let Some(value) = value {
-            kustomization.insert(key.into(), json!(value));
-        }
-    }
-    for (key, list) in [("patches", &overlay.patches), ("images", &overlay.images)] {
-        if !list.is_empty() {
-            kustomization.insert(key.into(), Value::Array(list.clone()));
         }
     }
 }

@@ -1,0 +1,100 @@
+//! The Flux Kustomization's own fields that kustomize-controller lays over the directory's
+//! kustomization ([`FluxOverlay`]): added to the kustomization it builds, and `commonMetadata`
+//! set on every object after the build.
+
+use serde_json::{Map, Value, json};
+
+use super::Object;
+use super::builtin::insert_all;
+
+/// The fields of a Flux Kustomization that kustomize-controller adds to the kustomization it
+/// builds (`targetNamespace`, `namePrefix`, `nameSuffix`, `patches`, `components`, `images`),
+/// and `commonMetadata`, which it sets on every object after the build.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FluxOverlay {
+    /// `spec.targetNamespace`.
+    pub namespace: Option<String>,
+    /// `spec.namePrefix`.
+    pub name_prefix: Option<String>,
+    /// `spec.nameSuffix`.
+    pub name_suffix: Option<String>,
+    /// `spec.patches`, as kustomize `patches` entries.
+    pub patches: Vec<Value>,
+    /// `spec.components`, relative to the path.
+    pub components: Vec<String>,
+    /// `spec.images`.
+    pub images: Vec<Value>,
+    /// `spec.commonMetadata`.
+    pub common_metadata: Option<Value>,
+}
+
+impl FluxOverlay {
+    /// The overlay of the Flux Kustomization `ks`.
+    pub(crate) fn of(ks: &Value) -> Self {
+        let string = |p: &str| ks.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let list = |p: &str| {
+            ks.pointer(p)
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default()
+        };
+        FluxOverlay {
+            namespace: string("/spec/targetNamespace").filter(|s| !s.is_empty()),
+            name_prefix: string("/spec/namePrefix").filter(|s| !s.is_empty()),
+            name_suffix: string("/spec/nameSuffix").filter(|s| !s.is_empty()),
+            patches: list("/spec/patches"),
+            components: list("/spec/components")
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect(),
+            images: list("/spec/images"),
+            common_metadata: ks.pointer("/spec/commonMetadata").cloned(),
+        }
+    }
+
+    /// Whether kustomize has anything to add to the directory's own kustomization.
+    pub fn is_empty(&self) -> bool {
+        self.namespace.is_none()
+            && self.name_prefix.is_none()
+            && self.name_suffix.is_none()
+            && self.patches.is_empty()
+            && self.components.is_empty()
+            && self.images.is_empty()
+    }
+
+    /// Sets the Flux Kustomization's `targetNamespace`, `namePrefix`, `nameSuffix`, `patches`
+    /// and `images` on a kustomization, as kustomize-controller does (components differ per
+    /// engine).
+    pub(super) fn add_to(&self, kustomization: &mut Map<String, Value>) {
+        let strings = [
+            ("namespace", &self.namespace),
+            ("namePrefix", &self.name_prefix),
+            ("nameSuffix", &self.name_suffix),
+        ];
+        for (key, value) in strings {
+            if let Some(value) = value {
+                kustomization.insert(key.into(), json!(value));
+            }
+        }
+        for (key, list) in [("patches", &self.patches), ("images", &self.images)] {
+            if !list.is_empty() {
+                kustomization.insert(key.into(), Value::Array(list.clone()));
+            }
+        }
+    }
+
+    /// `spec.commonMetadata`: labels and annotations on every object (kustomize-controller's
+    /// post-build step, which does not touch selectors).
+    pub(crate) fn common_metadata(&self, objects: &mut [Object]) {
+        let Some(common) = &self.common_metadata else {
+            return;
+        };
+        for object in objects {
+            for field in ["labels", "annotations"] {
+                if let Some(extra) = common.get(field).and_then(Value::as_object) {
+                    insert_all(&mut object.object, "/metadata", field, extra);
+                }
+            }
+        }
+    }
+}
