@@ -3,6 +3,10 @@
 
 use serde_json::Value;
 
+/// `Kind/namespace/name` (`Kind/name` without a namespace): findings name objects as every
+/// audit does.
+pub use watch_index::audit::name_of as object_name;
+
 /// A built object and the file it came from, relative to the repository root.
 #[derive(Clone, PartialEq)]
 pub struct Object {
@@ -19,20 +23,5 @@ impl std::fmt::Debug for Object {
             .field("object", &object_name(&self.object))
             .field("file", &self.file)
             .finish()
-    }
-}
-
-/// `Kind/namespace/name` (`Kind/name` without a namespace).
-pub fn object_name(object: &Value) -> String {
-    let text = |pointer: &str| {
-        object
-            .pointer(pointer)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let (kind, name) = (text("/kind"), text("/metadata/name"));
-    match text("/metadata/namespace") {
-        "" => format!("{kind}/{name}"),
-        namespace => format!("{kind}/{namespace}/{name}"),
     }
 }
