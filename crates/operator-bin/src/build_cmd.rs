@@ -1,5 +1,7 @@
-//! `conflux build`: Flux's post-build substitution (the resource layer of `postbuild-subst`) on
-//! a multi-document stream of already built manifests, for example `kustomize build` output.
+//! `conflux build`: Flux's post-build substitution (`postbuild_subst::stream`) on a
+//! multi-document stream of already built manifests, for example `kustomize build` output. This
+//! file reads the flags and the files; the library picks the Kustomization, gathers the
+//! variables and substitutes.
 //!
 //! Variables, lowest precedence first: the objects named by the Kustomization's
 //! `spec.postBuild.substituteFrom` (looked up among the `--substitute-from` files) or, without
@@ -19,14 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use postbuild_subst::resource::{
-    self, ResourceOutcome, SubstitutionOptions, post_build_error, substitute_resource,
-};
-use postbuild_subst::vars::{
-    PostBuild, SourceKind, SourceLookup, SubstituteReference, SubstituteStrategy, Variables,
-    load_variables, source_data,
-};
-use postbuild_subst::yaml::emit::json_to_yaml;
+use postbuild_subst::resource::SubstitutionOptions;
+use postbuild_subst::stream;
+use postbuild_subst::vars::Variables;
 use serde_json::Value;
 
 /// Flags of `conflux build`.
@@ -86,91 +83,20 @@ fn read_input(input: Option<&Path>) -> anyhow::Result<Vec<Value>> {
     }
 }
 
-fn text_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
-/// The Flux Kustomization named `name` among `documents`, or the only one.
-fn pick_kustomization(documents: Vec<Value>, name: Option<&str>) -> anyhow::Result<Value> {
-    let is_flux = |d: &Value| {
-        text_at(d, "/kind") == "Kustomization"
-            && text_at(d, "/apiVersion").starts_with("kustomize.toolkit.fluxcd.io/")
-    };
-    let id = |d: &Value| {
-        format!(
-            "{}/{}",
-            text_at(d, "/metadata/namespace"),
-            text_at(d, "/metadata/name")
-        )
-    };
-    let mut found: Vec<Value> = documents.into_iter().filter(is_flux).collect();
-    if let Some(name) = name {
-        found.retain(|d| text_at(d, "/metadata/name") == name || id(d) == name);
-    }
-    match found.len() {
-        1 => Ok(found.remove(0)),
-        0 => bail!(
-            "holds no Flux Kustomization{}",
-            name.map(|n| format!(" named '{n}'")).unwrap_or_default()
-        ),
-        _ => {
-            let names: Vec<String> = found.iter().map(id).collect();
-            bail!(
-                "holds several Flux Kustomizations ({}): choose one with --name",
-                names.join(", ")
-            )
-        }
-    }
-}
-
-/// The variables and strategy from the flags.
+/// The variables and strategy from the flags; `--substitute` wins over every other source.
 fn variables(args: &BuildArgs) -> anyhow::Result<(Variables, bool)> {
     let mut sources = Vec::new();
     for path in &args.substitute_from {
         sources.extend(read_documents(path)?);
     }
-    let (mut vars, always) = match &args.kustomization {
-        Some(path) => {
-            let kustomization = pick_kustomization(read_documents(path)?, args.name.as_deref())
-                .with_context(|| format!("--kustomization {}", path.display()))?;
-            let namespace = text_at(&kustomization, "/metadata/namespace");
-            let post_build = PostBuild::from_kustomization(&kustomization)?;
-            let vars = load_variables(&post_build, |reference: &SubstituteReference| {
-                let found = sources.iter().find(|object| {
-                    text_at(object, "/kind") == reference.kind.as_str()
-                        && text_at(object, "/metadata/name") == reference.name
-                        && [namespace, ""].contains(&text_at(object, "/metadata/namespace"))
-                });
-                match found {
-                    Some(object) => SourceLookup::Found(object.clone()),
-                    None => SourceLookup::NotFound,
-                }
-            })?;
-            (
-                vars,
-                post_build.substitute_strategy == SubstituteStrategy::Always,
-            )
-        }
-        None => {
-            let mut vars = Variables::new();
-            for object in &sources {
-                let kind = match text_at(object, "/kind") {
-                    "ConfigMap" => SourceKind::ConfigMap,
-                    "Secret" => SourceKind::Secret,
-                    other => bail!(
-                        "--substitute-from: expected ConfigMap or Secret, found kind '{other}'"
-                    ),
-                };
-                for (name, value) in source_data(&kind, object)? {
-                    vars.insert(name, &value);
-                }
-            }
-            (vars, false)
-        }
+    let kustomization = match &args.kustomization {
+        Some(path) => Some(
+            stream::pick_kustomization(read_documents(path)?, args.name.as_deref())
+                .with_context(|| format!("--kustomization {}", path.display()))?,
+        ),
+        None => None,
     };
+    let (mut vars, always) = stream::variables(kustomization.as_ref(), &sources)?;
     for pair in &args.substitute {
         let Some((name, value)) = pair.split_once('=') else {
             bail!("invalid --substitute '{pair}': expected NAME=VALUE");
@@ -192,20 +118,11 @@ pub fn run(args: &BuildArgs) -> anyhow::Result<ExitCode> {
     let mut output = String::new();
     for (index, document) in documents.iter().enumerate() {
         if args.lint {
-            let undefined = resource::undefined_variables_in_resource(document, &vars, &options)
-                .unwrap_or_default();
-            for variable in undefined {
-                eprintln!(
-                    "warning: '{}': variable '{}' is used but not defined (substituted as an empty string)",
-                    resource::resource_id(document),
-                    variable.name
-                );
+            for warning in stream::undefined_warnings(document, &vars, &options) {
+                eprintln!("warning: {warning}");
             }
         }
-        let result = substitute_resource(document, &vars, &options)
-            .map(|outcome: ResourceOutcome| outcome.into_value(document))
-            .and_then(|value| json_to_yaml(&value));
-        match result {
+        match stream::substitute_document(document, &vars, &options) {
             Ok(yaml) => {
                 if index > 0 {
                     output.push_str("---\n");
@@ -213,7 +130,7 @@ pub fn run(args: &BuildArgs) -> anyhow::Result<ExitCode> {
                 output.push_str(&yaml);
             }
             Err(err) => {
-                eprintln!("{}", post_build_error(document, err));
+                eprintln!("{err}");
                 return Ok(ExitCode::FAILURE);
             }
         }

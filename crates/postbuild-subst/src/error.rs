@@ -69,6 +69,21 @@ pub enum Error {
         /// The action between `<<` and `>>`, as written.
         action: String,
     },
+    /// A Flux Kustomization asked for (`conflux build --kustomization`, [`stream`](crate::stream))
+    /// that the file does not hold, by that name or at all.
+    #[error("holds no Flux Kustomization{}", named(.name))]
+    NoKustomization {
+        /// The name asked for (`NAME` or `NAMESPACE/NAME`), if any.
+        name: Option<String>,
+    },
+    /// Several Flux Kustomizations where one is needed, and no name to choose one
+    /// (`NAMESPACE/NAME` of each).
+    #[error("holds several Flux Kustomizations ({}): choose one with --name", .0.join(", "))]
+    SeveralKustomizations(Vec<String>),
+    /// A variable source ([`stream::variables`](crate::stream::variables)) that is neither a
+    /// ConfigMap nor a Secret: its kind.
+    #[error("--substitute-from: expected ConfigMap or Secret, found kind '{0}'")]
+    NotAVariableSource(String),
     /// A ResourceSet template reads an input field the input does not have (the ResourceSet
     /// controller renders with `missingkey=error`).
     #[error(
@@ -80,4 +95,11 @@ pub enum Error {
         /// The missing key.
         key: String,
     },
+}
+
+/// ` named '<name>'` when a name was asked for.
+fn named(name: &Option<String>) -> String {
+    name.as_ref()
+        .map(|n| format!(" named '{n}'"))
+        .unwrap_or_default()
 }

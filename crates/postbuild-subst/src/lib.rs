@@ -3,7 +3,8 @@
 //! Layers, bottom up:
 //! - [`envsubst`]: the `${VAR}` expression language of fluxcd/pkg `envsubst`, strict and not.
 //! - [`yaml`]: the go-yaml v2 behaviour around it: `JSONToYAML` before, `YAMLToJSON` after.
-//! - the resource layer: what kustomize-controller does for one built resource.
+//! - the resource layer: what kustomize-controller does for one built resource, and [`stream`]
+//!   for a stream of them (`conflux build`).
 
 #![doc = include_str!("../README.md")]
 
@@ -13,6 +14,7 @@ mod error;
 mod redact;
 pub mod resource;
 pub mod resource_set;
+pub mod stream;
 pub mod vars;
 pub mod yaml;
 
