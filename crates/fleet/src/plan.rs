@@ -7,8 +7,8 @@
 //! content-hashed ConfigMap needs no watch label).
 //!
 //! [`Input`] gathers documents (files, directories, stdin), [`plan_flat`] plans them as one set,
-//! and [`plan_cluster`] plans one cluster of a fleet ([`crate::fleet::plan_cluster`]). Rendering
-//! (text, JSON, graphviz) is the binary's.
+//! and [`plan_cluster`] plans one cluster of a fleet ([`crate::fleet::plan_cluster`]).
+//! [`crate::render`] writes plans as text, JSON or graphviz.
 //!
 //! ```
 //! use conflux_fleet::plan::{Input, Options, plan_flat};

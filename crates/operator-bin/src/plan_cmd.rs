@@ -6,12 +6,12 @@
 //! FluxInstance) is read as Flux builds it, one cluster at a time (`conflux_fleet::fleet`); anything
 //! else is read as a flat set of manifests.
 //!
-//! This file only reads the flags and renders; the plans, and every finding in them, come from
-//! `conflux_fleet::plan` (over the audits of the library crates). Output: text, JSON (docs/plan-json.md) or graphviz. Exit
-//! status: 0 clean, 1 findings at or above `--fail-on` (unreadable input included), 2 usage.
+//! This file only reads the flags and writes the output; the plans, and every finding in them,
+//! come from `conflux_fleet::plan` (over the audits of the library crates), the formats (text,
+//! JSON per docs/plan-json.md, graphviz) from `conflux_fleet::render`. Exit status: 0 clean, 1
+//! findings at or above `--fail-on` (unreadable input included), 2 usage.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,7 +21,8 @@ use watch_index::selector::Selector;
 
 use conflux_fleet::fleet;
 use conflux_fleet::kustomize::{Engine, normalize};
-use conflux_fleet::plan::{Input, LEVELS, Options, Plan, Row, plan_cluster, plan_flat, row};
+use conflux_fleet::plan::{Input, LEVELS, Options, Plan, plan_cluster, plan_flat, row};
+use conflux_fleet::render;
 
 /// Output formats of `conflux plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -86,19 +87,6 @@ pub struct PlanArgs {
     pub copy_resourceset_targets: bool,
 }
 
-/// ANSI colours of the severities.
-const PAINT: [&str; 3] = ["34", "33", "31"];
-
-/// The three sections: text titles and headers, JSON keys, DOT colours.
-const TITLES: [&str; 3] = ["Copies", "Watch edges", "Reload edges"];
-const HEADERS: [&[&str]; 3] = [
-    &["SOURCE", "COPY", "VERDICT", "VIA", "WHY"],
-    &["SOURCE", "RECONCILES", "WHEN", "INTERVAL", "REFERENCE"],
-    &["CONFIG", "ROLLS", "WHY"],
-];
-const KEYS: [&str; 3] = ["copies", "watchEdges", "reloadEdges"];
-const COLOURS: [&str; 3] = ["darkgreen", "blue", "purple"];
-
 /// Writes to stdout; a closed pipe (`conflux plan … | head`) ends quietly.
 fn emit(out: &str) -> std::io::Result<()> {
     use std::io::Write as _;
@@ -141,24 +129,11 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let fail_on = LEVELS[threshold];
     let out = match args.output {
-        Format::Text => {
-            let mut out: String = plans.iter().map(|p| text(p, colour)).collect();
-            if plans.len() > 1 {
-                let rows = || plans.iter().flat_map(|p| &p.rows);
-                let count = |l: usize| rows().filter(|r| r.level == l).count();
-                let _ = writeln!(
-                    out,
-                    "{} clusters: {} errors, {} warnings, {} info",
-                    plans.len(),
-                    count(2),
-                    count(1),
-                    count(0)
-                );
-            }
-            out
+        Format::Text => render::text(&plans, colour),
+        Format::Json => {
+            serde_json::to_string_pretty(&render::json(&plans, fail_on, failed))? + "\n"
         }
-        Format::Json => serde_json::to_string_pretty(&to_json(&plans, fail_on, failed))? + "\n",
-        Format::Dot => dot(&plans),
+        Format::Dot => render::dot(&plans),
     };
     emit(&out)?;
     for row in plans
@@ -371,213 +346,4 @@ fn clusters(
         });
     }
     Ok(entries)
-}
-
-/// A cell: text and an optional ANSI colour.
-type Cell = (String, Option<&'static str>);
-
-/// Appends an aligned table; the last column is not padded.
-fn table(out: &mut String, title: &str, headers: &[&str], rows: Vec<Vec<Cell>>, colour: bool) {
-    let paint = |text: &str, code: Option<&str>| match code {
-        Some(code) if colour => format!("\x1b[{code}m{text}\x1b[0m"),
-        _ => text.to_owned(),
-    };
-    let title = paint(&format!("{title} ({})", rows.len()), Some("1"));
-    let _ = writeln!(out, "{title}");
-    if rows.is_empty() {
-        out.push_str("  none\n\n");
-        return;
-    }
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in &rows {
-        for (width, (cell, _)) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let header = headers.iter().map(|h| (h.to_string(), None)).collect();
-    for row in std::iter::once(header).chain(rows) {
-        let last = row.len().saturating_sub(1);
-        for (i, ((cell, code), width)) in row.iter().zip(&widths).enumerate() {
-            let pad = (width - cell.chars().count()) * usize::from(i < last);
-            let _ = write!(out, "  {}{}", paint(cell, *code), " ".repeat(pad));
-        }
-        out.push('\n');
-    }
-    out.push('\n');
-}
-
-fn text(plan: &Plan, colour: bool) -> String {
-    let mut out = String::new();
-    if let Some(name) = &plan.name {
-        let title = format!("Cluster {}", if name.is_empty() { "." } else { name });
-        let title = if colour {
-            format!("\x1b[1;4m{title}\x1b[0m")
-        } else {
-            title
-        };
-        let _ = writeln!(out, "{title}\n");
-    }
-    for ((title, headers), edges) in TITLES.iter().zip(HEADERS).zip(&plan.sections) {
-        let rows = edges.iter().map(|e| {
-            let paint = |i: usize| (i == 2).then_some(if e.good { "32" } else { "31" });
-            let cells = e.cells.iter().enumerate();
-            cells.map(|(i, c)| (c.clone(), paint(i))).collect()
-        });
-        table(&mut out, title, headers, rows.collect(), colour);
-    }
-    let findings = plan.rows.iter().map(|r| {
-        let severity = (LEVELS[r.level].to_owned(), Some(PAINT[r.level]));
-        let (code, object) = ((r.code.to_owned(), None), (r.object.clone(), None));
-        let file = match (&r.file, r.line) {
-            (Some(file), Some(line)) => format!("{file}:{line}"),
-            (Some(file), None) => file.clone(),
-            _ => "-".to_owned(),
-        };
-        let file = (file, None);
-        vec![severity, code, object, file, (r.message.clone(), None)]
-    });
-    let headers = ["SEVERITY", "CODE", "OBJECT", "FILE", "MESSAGE"];
-    table(&mut out, "Findings", &headers, findings.collect(), colour);
-    let _ = writeln!(out, "{}\n", summary_line(plan));
-    out
-}
-
-/// `clusters/staging: 12 objects (3 generated by ResourceSets or ExternalSecrets): 0 errors, 1 warnings, 2 info;
-/// by code: …`.
-fn summary_line(plan: &Plan) -> String {
-    let count = |l: usize| plan.rows.iter().filter(|r| r.level == l).count();
-    let (total, generated) = (plan.documents + plan.generated, plan.generated);
-    let (errors, warnings, info) = (count(2), count(1), count(0));
-    let mut codes: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in plan.rows.iter().filter(|r| r.level > 0) {
-        *codes.entry(r.code).or_default() += 1;
-    }
-    let codes: Vec<String> = codes.iter().map(|(c, n)| format!("{c} {n}")).collect();
-    let prefix = plan.name.as_deref().map(|n| {
-        if n.is_empty() {
-            ".: ".to_owned()
-        } else {
-            format!("{n}: ")
-        }
-    });
-    let mut line = format!(
-        "{}{total} objects ({generated} generated by ResourceSets or ExternalSecrets): {errors} errors, {warnings} warnings, {info} info",
-        prefix.unwrap_or_default()
-    );
-    if !codes.is_empty() {
-        let _ = write!(line, " ({})", codes.join(", "));
-    }
-    line
-}
-
-fn to_json(plans: &[Plan], fail_on: &str, failed: bool) -> Value {
-    let documents: usize = plans.iter().map(|p| p.documents).sum();
-    let generated: usize = plans.iter().map(|p| p.generated).sum();
-    let mut document = json!({
-        "schemaVersion": 1,
-        "inputs": {"documents": documents, "generated": generated},
-    });
-    let tag = |plan: &Plan, mut value: Value| {
-        if let (Some(name), Some(map)) = (&plan.name, value.as_object_mut()) {
-            map.insert("cluster".into(), json!(name));
-        }
-        value
-    };
-    for (i, key) in KEYS.iter().enumerate() {
-        let edges = plans
-            .iter()
-            .flat_map(|p| p.sections[i].iter().map(move |e| tag(p, e.json.clone())));
-        document[*key] = edges.collect();
-    }
-    let findings = plans.iter().flat_map(|p| {
-        p.rows.iter().map(move |r| {
-            tag(
-                p,
-                json!({"severity": LEVELS[r.level], "code": r.code, "domain": r.domain,
-                          "object": r.object, "file": r.file, "line": r.line, "message": r.message}),
-            )
-        })
-    });
-    document["findings"] = findings.collect();
-    let clusters = plans.iter().filter(|p| p.name.is_some()).map(|p| {
-        let mut s = counts(p.rows.iter());
-        s["documents"] = json!(p.documents);
-        s["generated"] = json!(p.generated);
-        json!({"name": p.name, "summary": s, "kustomizations": p.kustomizations})
-    });
-    document["clusters"] = clusters.collect();
-    let mut total = counts(plans.iter().flat_map(|p| p.rows.iter()));
-    total["failOn"] = json!(fail_on);
-    total["failed"] = json!(failed);
-    document["summary"] = total;
-    document
-}
-
-/// `{"errors": n, "warnings": n, "info": n}` of some rows.
-fn counts<'r>(rows: impl Iterator<Item = &'r Row>) -> Value {
-    let mut n = [0usize; 3];
-    rows.for_each(|r| n[r.level.min(2)] += 1);
-    json!({"errors": n[2], "warnings": n[1], "info": n[0]})
-}
-
-fn dot(plans: &[Plan]) -> String {
-    let quote = |s: &str| Value::String(s.to_owned()).to_string();
-    let mut out = String::from("digraph conflux {\n  rankdir=LR;\n");
-    out.push_str("  node [fontname=\"Helvetica\", fontsize=10];\n");
-    let several = plans.len() > 1;
-    for (index, plan) in plans.iter().enumerate() {
-        // Node names are per cluster: two clusters' objects never merge.
-        let id = |node: &str| match (&plan.name, several) {
-            (Some(name), true) => format!("{name}: {node}"),
-            _ => node.to_owned(),
-        };
-        let mut nodes = BTreeMap::new();
-        let mut edges = String::new();
-        for (colour, section) in COLOURS.iter().zip(&plan.sections) {
-            for e in section {
-                let [from, to, state, ..] = e.cells.as_slice() else {
-                    continue;
-                };
-                for node in [from, to] {
-                    let shape = match node.split('/').next().unwrap_or_default() {
-                        "ConfigMap" | "Secret" => "note",
-                        "Deployment" | "StatefulSet" | "DaemonSet" | "CronJob" => "component",
-                        _ => "box",
-                    };
-                    nodes.insert(node.clone(), shape);
-                }
-                let (colour, style) = [("red", "dashed"), (*colour, "solid")][usize::from(e.good)];
-                let attrs = format!("label={}, color={colour}, style={style}", quote(state));
-                let (from, to) = (quote(&id(from)), quote(&id(to)));
-                let _ = writeln!(edges, "  {from} -> {to} [{attrs}];");
-            }
-        }
-        if several {
-            let label = plan.name.as_deref().unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "  subgraph cluster_{index} {{\n  label={};",
-                quote(label)
-            );
-        }
-        for (node, shape) in nodes {
-            let error = plan.rows.iter().any(|r| r.level == 2 && r.object == node);
-            let colour = if error { ", color=red" } else { "" };
-            let label = if several {
-                format!(", label={}", quote(&node))
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                out,
-                "  {} [shape={shape}{colour}{label}];",
-                quote(&id(&node))
-            );
-        }
-        out.push_str(&edges);
-        if several {
-            out.push_str("  }\n");
-        }
-    }
-    out + "}\n"
 }
