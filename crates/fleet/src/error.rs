@@ -1,4 +1,4 @@
-//! The errors of reading a fleet (the fleet reading of `conflux plan`).
+//! The errors of reading a fleet and of what `conflux plan` is asked to read.
 
 /// What can go wrong reading a fleet or building one of its paths. Each becomes a finding of
 /// `conflux plan`, so the messages say what failed in the user's terms.
@@ -33,6 +33,35 @@ pub enum Error {
     /// name, nesting too deep…).
     #[error("{0}")]
     Build(String),
+    /// An `--external` file of `conflux plan` that cannot be read.
+    #[error("--external {file}: {source}")]
+    External {
+        /// The file as given.
+        file: String,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
+    /// `--cluster` given with several PATHs or a file: clusters are directories of one
+    /// repository.
+    #[error("--cluster needs exactly one PATH: the repository's directory")]
+    ClusterWithoutRoot,
+    /// A `--cluster` directory that exists neither below the repository nor as given.
+    #[error("--cluster {dir}: no such directory in {root}")]
+    ClusterNotFound {
+        /// The directory as given.
+        dir: String,
+        /// The repository's directory.
+        root: String,
+    },
+    /// A `--cluster` directory outside the repository.
+    #[error("--cluster {dir}: not inside {root}")]
+    ClusterOutsideRoot {
+        /// The directory as given.
+        dir: String,
+        /// The repository's directory.
+        root: String,
+    },
 }
 
 impl Error {

@@ -5,7 +5,8 @@
 //! builds them ([`kustomize`]: Flux's generator, the real kustomize or an exact built-in subset,
 //! the Kustomization's own overlay, then postBuild). It reads files and may run the `kustomize`
 //! binary. [`plan`] puts the library crates' `audit` modules together over what it finds: the
-//! plan `conflux plan` renders, and [`render`] writes it as text, JSON or graphviz.
+//! plan `conflux plan` renders; [`request`] turns its paths and flags into plans, and [`render`]
+//! writes them as text, JSON or graphviz.
 
 mod error;
 pub mod fleet;
@@ -15,5 +16,6 @@ mod path;
 pub mod plan;
 mod problem;
 pub mod render;
+pub mod request;
 
 pub use error::{Error, Result};

@@ -82,8 +82,8 @@ pub struct Row {
     pub object: String,
     /// The file the object comes from, when known.
     pub file: Option<String>,
-    /// The line of the object's `kind:` in `file`, when it is found there (set by the caller,
-    /// which has the files).
+    /// The line of the object's `kind:` in `file`, when it is found there (set by
+    /// [`Request::plans`](crate::request::Request::plans), which knows the directory read).
     pub line: Option<usize>,
     /// What is wrong, and what to do.
     pub message: String,

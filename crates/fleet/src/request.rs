@@ -1,0 +1,250 @@
+//! What `conflux plan PATH…` is asked to plan ([`Request`]) and the plans it gets: one per
+//! cluster when PATH is a fleet repository (every entry point found below it, or the `--cluster`
+//! directories asked for), else one of every manifest read flat. Objects made outside the
+//! repository (`--external`) join every plan, and each finding gets the line of its object in its
+//! file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::fleet::{self, Entry};
+use crate::kustomize::{Engine, Object, read_documents};
+use crate::path::{join, normalize};
+use crate::plan::{Input, Options, Plan, plan_cluster, plan_flat, row};
+use crate::{Error, Result};
+
+/// The paths and flags of `conflux plan`.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// Directories (searched recursively for `*.yaml` and `*.yml`), files, or `-` for stdin.
+    pub paths: Vec<PathBuf>,
+    /// `--cluster`: the directories of the clusters to plan (relative to the one PATH, or
+    /// existing below it); empty plans every entry point found.
+    pub clusters: Vec<PathBuf>,
+    /// `--kustomize`: the kustomize binary (`builtin`: the built-in subset); `None` picks
+    /// `kustomize` on `PATH`, else the built-in subset ([`Engine::pick`]).
+    pub kustomize: Option<PathBuf>,
+    /// `--external`: manifests of objects that exist in the cluster but not in the repository.
+    pub external: Vec<PathBuf>,
+    /// What the audits take from the flags.
+    pub options: Options,
+}
+
+impl Request {
+    /// The plans, each finding with the line of its object when a single directory was given.
+    /// An error is the request's own (an `--external` file that cannot be read, a `--cluster`
+    /// that cannot be found); unreadable input is a finding of the plan instead.
+    pub fn plans(&self) -> Result<Vec<Plan>> {
+        let mut plans = self.plan()?;
+        if let [root] = self.paths.as_slice() {
+            locate(root, &mut plans);
+        }
+        Ok(plans)
+    }
+
+    fn plan(&self) -> Result<Vec<Plan>> {
+        let mut external = Vec::new();
+        for file in &self.external {
+            let objects = read_documents(file).map_err(|e| Error::External {
+                file: file.display().to_string(),
+                source: Box::new(e),
+            })?;
+            let name = format!("--external {}", file.display());
+            external.extend(objects.into_iter().map(|object| at(object, &name)));
+        }
+        let root = match self.paths.as_slice() {
+            [root] if root.is_dir() => Some(root.as_path()),
+            _ => None,
+        };
+        let mut outside_rows = Vec::new();
+        if root.is_none() && !self.clusters.is_empty() {
+            return Err(Error::ClusterWithoutRoot);
+        }
+        if let Some(root) = root {
+            let mut problems = Vec::new();
+            let documents = fleet::read_tree(root, &mut problems);
+            let files: Vec<String> = fleet::yaml_files(root)
+                .iter()
+                .map(|f| fleet::relative(root, f))
+                .collect();
+            let mut entries = fleet::entries(&documents, &files);
+            if self.clusters.is_empty() {
+                // A sync whose path is not below the directory given (PATH is a part of the
+                // repository): its cluster cannot be built from here.
+                let (inside, outside): (Vec<_>, Vec<_>) = entries
+                    .into_iter()
+                    .partition(|e| root.join(&e.root).join(normalize(sync_path(e))).is_dir());
+                entries = inside;
+                for entry in outside.iter().filter(|_| entries.is_empty()) {
+                    let mut r = row(
+                        0,
+                        "fleet",
+                        "EntryOutsideInput",
+                        fleet::object_name(&entry.kustomization),
+                        format!(
+                            "syncs '{}', which is not below {}: read as flat manifests (give the repository's root to plan per cluster)",
+                            sync_path(entry),
+                            root.display()
+                        ),
+                    );
+                    r.file = Some(entry.file.clone());
+                    outside_rows.push(r);
+                }
+            } else {
+                entries = clusters(root, &self.clusters, entries)?;
+            }
+            if !entries.is_empty() {
+                let engine = Engine::pick(self.kustomize.as_deref());
+                let plans = entries.iter().map(|entry| {
+                    let cluster = fleet::plan_cluster(root, entry, &engine, &external);
+                    plan_cluster(cluster, &self.options)
+                });
+                return Ok(plans.collect());
+            }
+        }
+        let mut input = Input::default();
+        self.paths.iter().for_each(|path| input.read(path));
+        for object in external {
+            input.push(object.object, &object.file);
+        }
+        Ok(vec![plan_flat(input, outside_rows, &self.options)])
+    }
+}
+
+/// The `spec.path` an entry point syncs, as written.
+fn sync_path(entry: &Entry) -> &str {
+    let path = entry.kustomization.pointer("/spec/path");
+    path.and_then(Value::as_str).unwrap_or_default()
+}
+
+/// An object of `file`; a SOPS-encrypted Secret keeps its keys, never its values.
+fn at(object: Value, file: &str) -> Object {
+    let object = if fleet::is_sops(&object) {
+        fleet::sops_placeholder(&object)
+    } else {
+        object
+    };
+    Object {
+        object,
+        file: Some(file.to_owned()),
+    }
+}
+
+/// The entries of the clusters asked for with `--cluster`: the entry point found for that
+/// directory, else a `flux-system` sync of it.
+fn clusters(root: &Path, asked: &[PathBuf], found: Vec<Entry>) -> Result<Vec<Entry>> {
+    let canonical_root = root
+        .canonicalize()
+        .map_err(|e| Error::io(root.display(), e))?;
+    let mut entries = Vec::new();
+    for dir in asked {
+        let names = || (dir.display().to_string(), root.display().to_string());
+        let candidates = [root.join(dir), dir.clone()];
+        let Some(absolute) = candidates
+            .iter()
+            .find_map(|c| c.canonicalize().ok().filter(|c| c.is_dir()))
+        else {
+            let (dir, root) = names();
+            return Err(Error::ClusterNotFound { dir, root });
+        };
+        let Ok(relative) = absolute.strip_prefix(&canonical_root) else {
+            let (dir, root) = names();
+            return Err(Error::ClusterOutsideRoot { dir, root });
+        };
+        let relative = relative.to_string_lossy().replace('\\', "/");
+        let entry = found
+            .iter()
+            .find(|e| join(&e.root, &normalize(sync_path(e))) == relative);
+        entries.push(match entry {
+            Some(entry) => entry.clone(),
+            None => Entry {
+                kustomization: json!({
+                    "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                    "metadata": {"name": "flux-system", "namespace": "flux-system"},
+                    "spec": {"path": relative,
+                             "sourceRef": {"kind": "GitRepository", "name": "flux-system"}},
+                }),
+                file: format!("--cluster {}", dir.display()),
+                root: String::new(),
+            },
+        });
+    }
+    Ok(entries)
+}
+
+/// Sets the line of each finding's object in its file (files relative to `root`, a directory).
+fn locate(root: &Path, plans: &mut [Plan]) {
+    if !root.is_dir() {
+        return;
+    }
+    let mut texts: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for row in plans.iter_mut().flat_map(|p| p.rows.iter_mut()) {
+        let Some(file) = &row.file else { continue };
+        let text = texts
+            .entry(file.clone())
+            .or_insert_with(|| std::fs::read_to_string(root.join(file)).ok());
+        if let Some(text) = text {
+            row.line = line_of(text, &row.object);
+        }
+    }
+}
+
+/// The 1-based line of the `kind:` of the document declaring `object` (`Kind/…/name`).
+fn line_of(text: &str, object: &str) -> Option<usize> {
+    let kind = object.split('/').next()?;
+    let name = object.rsplit('/').next()?;
+    let (mut kind_line, mut named) = (None, false);
+    for (index, line) in text.lines().enumerate() {
+        if line.starts_with("---") {
+            if let (Some(found), true) = (kind_line, named) {
+                return Some(found);
+            }
+            (kind_line, named) = (None, false);
+            continue;
+        }
+        let trimmed = line.trim_start().trim_start_matches("- ");
+        let value = |key: &str| {
+            trimmed
+                .strip_prefix(key)
+                .map(|v| v.trim().trim_matches(['"', '\'']))
+        };
+        if value("kind:") == Some(kind) && kind_line.is_none() {
+            kind_line = Some(index + 1);
+        }
+        if value("name:") == Some(name) {
+            named = true;
+        }
+    }
+    kind_line.filter(|_| named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finding_points_at_the_kind_line_of_its_document() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n---\n\
+                    apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: 'app'\n  namespace: a\n";
+        // (object, line)
+        let cases = [
+            ("ConfigMap/a/app", Some(7)),
+            ("ConfigMap/other", Some(2)),
+            ("Secret/a/app", None),
+            ("ConfigMap/a/missing", None),
+        ];
+        for (object, line) in cases {
+            assert_eq!(line_of(text, object), line, "{object}");
+        }
+        // A list item's `- kind:` counts too.
+        assert_eq!(
+            line_of(
+                "items:\n- kind: Secret\n  metadata: {}\n  name: s\n",
+                "Secret/s"
+            ),
+            Some(2)
+        );
+    }
+}
