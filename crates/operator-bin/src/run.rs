@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::admin::{Admin, Endpoints};
 use conflux_runtime::lease::{self, LeaderElectionConfig};
 use conflux_runtime::server::{Limits, Server};
@@ -23,7 +24,6 @@ use reloader::filters::{
 use reloader::patch::ReloadStrategy;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
-use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;

@@ -6,8 +6,12 @@
 //!   process or of one leadership term.
 //! - [`client`]: the client's timeouts as a layer, requests named for errors, waiting for the
 //!   API server.
+//! - [`configs`]: the one metadata-only watch of ConfigMaps and one of Secrets, shared by every
+//!   controller of the process.
 //! - [`informer`]: one fault-tolerant watch per kind, fanned out to every subscriber, with
 //!   re-lists diffed so nothing is lost.
+//! - [`queue`]: the one work queue of every controller: keyed, coalescing, debounced with a
+//!   leading edge and a deadline, rate-limited, bounded, started once its watches are in.
 //! - [`health`]: readiness and liveness as a tree of named parts.
 //! - [`lease`]: leader election on a Lease; only the leader's term writes, and its tasks end
 //!   with the term.
@@ -22,6 +26,7 @@
 pub mod admin;
 pub mod backoff;
 pub mod client;
+pub mod configs;
 mod error;
 pub mod events;
 pub mod health;
@@ -29,6 +34,7 @@ pub mod informer;
 pub mod lease;
 pub mod meta_store;
 pub mod metrics;
+pub mod queue;
 pub mod server;
 pub mod shutdown;
 pub mod sync;
@@ -45,6 +51,7 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
+pub use configs::ConfigWatches;
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -20,7 +21,6 @@ use reloader::runtime::{
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
-use watch_index::runtime::ConfigWatches;
 
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "conflux-test";

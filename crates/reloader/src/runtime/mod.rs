@@ -57,8 +57,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::Policy;
 use conflux_runtime::client::object_id;
+use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::events::{Problems, publish, recorder};
 use conflux_runtime::{Change, Informer, Probe, Runtime};
 use futures::StreamExt;
@@ -78,8 +80,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use watch_index::refs::{ConfigKind, ObjectRef};
-use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::{ConfigWatches, sharded};
+use watch_index::runtime::sharded;
 use watch_index::selector::Selector;
 
 use crate::filters::NamespaceFilter;
@@ -267,8 +268,12 @@ impl NamespaceView {
         entry: &crate::index::IndexedWorkload,
         selector: &Selector,
     ) -> Self {
-        let names = if entry.opt_in.has_regex_patterns() {
-            configs.names(namespace)
+        let names: Vec<(ConfigKind, String)> = if entry.opt_in.has_regex_patterns() {
+            configs
+                .names(namespace)
+                .into_iter()
+                .map(|(kind, name)| (kind.into(), name))
+                .collect()
         } else {
             Vec::new()
         };

@@ -234,7 +234,7 @@ pub(super) async fn watch_configs<K: ConfigResource>(
     mut sub: conflux_runtime::Subscription<PartialObjectMeta<K>>,
     listed: Arc<tokio::sync::Semaphore>,
 ) {
-    let kind = K::KIND;
+    let kind = ConfigKind::from(K::KIND);
     while let Some((change, previous)) = sub.recv_with_previous().await {
         match change {
             Change::Initial(_) => {}
