@@ -57,6 +57,7 @@ pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
+pub use queue::{Gate, Next, QueueConfig, QueueMetrics, Window, WorkQueue};
 pub use tasks::Tasks;
 
 /// `Result` with this crate's [`Error`].
@@ -112,6 +113,8 @@ struct Inner {
     parent_health: Option<Arc<Health>>,
     /// The shared metadata watch of Namespaces, started by its first user.
     namespaces: OnceLock<Informer<PartialObjectMeta<Namespace>>>,
+    /// The metrics of every work queue made through this runtime.
+    queue_metrics: Arc<QueueMetrics>,
 }
 
 impl Inner {
@@ -127,6 +130,7 @@ impl Inner {
             tasks: Owner(tasks),
             parent_health: None,
             namespaces: OnceLock::new(),
+            queue_metrics: self.queue_metrics.clone(),
         }
     }
 }
@@ -170,6 +174,7 @@ impl Runtime {
             tasks: Owner(Tasks::new()),
             parent_health: None,
             namespaces: OnceLock::new(),
+            queue_metrics: Arc::default(),
         })
     }
 
@@ -228,6 +233,21 @@ impl Runtime {
     /// The watch metrics (register them once).
     pub fn metrics(&self) -> &Arc<WatchMetrics> {
         &self.inner.metrics
+    }
+
+    /// The metrics of the work queues (register them once).
+    pub fn queue_metrics(&self) -> &Arc<QueueMetrics> {
+        &self.inner.queue_metrics
+    }
+
+    /// A work queue ([`queue`]) reporting to this runtime's queue metrics, started once `gate`
+    /// opens; run it on a task of this runtime.
+    pub fn queue<K, V>(&self, config: QueueConfig, gate: Gate) -> WorkQueue<K, V>
+    where
+        K: std::hash::Hash + Eq + Ord + Clone + Send + Sync + 'static,
+        V: queue::Payload,
+    {
+        WorkQueue::new(config, gate, self.inner.queue_metrics.clone())
     }
 
     /// The root of the health tree.
@@ -332,6 +352,33 @@ impl Runtime {
     {
         let (informer, driver) = Informer::new_compact(
             watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.spawn(driver);
+        informer
+    }
+
+    /// Starts a shared watch of a kind found by discovery whose objects `trim` makes smaller
+    /// (see [`Runtime::informer_trimmed`]).
+    pub fn informer_trimmed_with<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        dyntype: K::DynamicType,
+        resource: &str,
+        health: &Health,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> Informer<K>
+    where
+        K: Watched + Resource,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let (informer, driver) = Informer::new(
+            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            dyntype,
             resource,
             self.inner.metrics.clone(),
             health,

@@ -78,7 +78,7 @@ impl ConfigKind {
     }
 }
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "configs")]
 impl From<ConfigKind> for conflux_runtime::configs::Kind {
     fn from(kind: ConfigKind) -> Self {
         match kind {
@@ -88,7 +88,7 @@ impl From<ConfigKind> for conflux_runtime::configs::Kind {
     }
 }
 
-#[cfg(feature = "runtime")]
+#[cfg(feature = "configs")]
 impl From<conflux_runtime::configs::Kind> for ConfigKind {
     fn from(kind: conflux_runtime::configs::Kind) -> Self {
         match kind {
