@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use reloader::runtime::{self as reload, Context, ReloadConfig, ReloadMetrics, RolloutLabels};
@@ -160,24 +160,10 @@ pub async fn create_deployment(client: &Client, ns: &str, manifest: &Value) -> a
 /// Waits until conflux remembers a baseline of the Deployment (in its memory Secrets in `ns`,
 /// written a moment after it changes), and returns it.
 pub async fn wait_baseline(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
-    use reloader::memory::{Entry, data_key, shard_name, shard_of};
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
-    let object = watch_index::refs::ObjectRef::new("apps", "Deployment", ns, name);
     wait_for(
         &format!("conflux's baseline of {ns}/{name}"),
         Duration::from_secs(30),
-        || {
-            let secrets = secrets.clone();
-            let object = object.clone();
-            async move {
-                let shard = secrets
-                    .get_opt(&shard_name(shard_of(&object)))
-                    .await
-                    .ok()??;
-                let value = shard.data?.remove(&data_key(&object))?;
-                Some(Entry::parse(std::str::from_utf8(&value.0).ok()?)?.baseline)
-            }
-        },
+        || conflux_tests::remembered_baseline(client, ns, "Deployment", ns, name),
     )
     .await
 }

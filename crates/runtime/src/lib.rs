@@ -401,16 +401,7 @@ impl Runtime {
         K: Watched + Resource,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
-        let (informer, driver) = Informer::new(
-            watcher::watcher(api, self.inner.initial_list.apply(config)),
-            dyntype,
-            resource,
-            self.inner.metrics.clone(),
-            health,
-            self.inner.stall_after,
-        );
-        self.spawn(driver);
-        informer
+        self.informer_trimmed_with(api, config, dyntype, resource, health, |_| {})
     }
 }
 

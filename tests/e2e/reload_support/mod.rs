@@ -248,24 +248,17 @@ pub async fn baseline(client: &Client, ns: &str, name: &str) -> Option<String> {
     remembered(client, ns, "apps", "Deployment", ns, name).await
 }
 
-/// The baseline the reload controller remembers of the workload `group`/`kind` `ns`/`name`, from
-/// its memory Secrets in `records_ns` (written a moment after it changes).
+/// The baseline the reload controller remembers of the workload `kind` `ns`/`name`, from its
+/// memory Secrets in `records_ns` (written a moment after it changes).
 pub async fn remembered(
     client: &Client,
     records_ns: &str,
-    group: &str,
+    _group: &str,
     kind: &str,
     ns: &str,
     name: &str,
 ) -> Option<String> {
-    use reloader::memory::{Entry, data_key, shard_name, shard_of};
-    let object = watch_index::refs::ObjectRef::new(group, kind, ns, name);
-    let shard = Api::<Secret>::namespaced(client.clone(), records_ns)
-        .get_opt(&shard_name(shard_of(&object)))
-        .await
-        .unwrap_or_else(|e| panic!("read the reload memory: {e}"))?;
-    let value = shard.data?.remove(&data_key(&object))?;
-    Some(Entry::parse(std::str::from_utf8(&value.0).ok()?)?.baseline)
+    conflux_tests::remembered_baseline(client, records_ns, kind, ns, name).await
 }
 
 /// Waits until conflux remembers a baseline of the Deployment.

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use conflux_runtime::queue::{Gate, Next, QueueConfig, QueueMetrics, WorkQueue};
 use conflux_runtime::{ConfigWatches, Informer, WatchMetrics, Watched};
+use futures::FutureExt;
 use futures::channel::mpsc;
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -224,23 +225,38 @@ struct Harness {
     secret_feed: Feed<PartialObjectMeta<Secret>>,
 }
 
+/// A shared watch started by `start` on a stream the test feeds, its driver running.
+/// The driver comes boxed: its unboxed type would name the `&Health` borrow's lifetime.
+fn fed<K, T>(
+    start: impl FnOnce(
+        mpsc::UnboundedReceiver<Result<Event<K>, watcher::Error>>,
+        &conflux_runtime::Health,
+        Arc<WatchMetrics>,
+    ) -> (T, futures::future::BoxFuture<'static, ()>),
+) -> (Feed<K>, T) {
+    let (tx, rx) = mpsc::unbounded();
+    let health = conflux_runtime::Health::new("test");
+    let (informer, driver) = start(rx, &health, Arc::new(WatchMetrics::default()));
+    tokio::spawn(driver);
+    (tx, informer)
+}
+
 fn informer<K>(dyntype: K::DynamicType, resource: &str) -> (Feed<K>, Informer<K>)
 where
     K: Watched,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (tx, rx) = mpsc::unbounded();
-    let health = conflux_runtime::Health::new("test");
-    let (informer, driver) = Informer::new(
-        rx,
-        dyntype,
-        resource,
-        Arc::new(WatchMetrics::default()),
-        &health,
-        Duration::from_secs(600),
-    );
-    tokio::spawn(driver);
-    (tx, informer)
+    fed(|rx, health, metrics| {
+        let (informer, driver) = Informer::new(
+            rx,
+            dyntype,
+            resource,
+            metrics,
+            health,
+            Duration::from_secs(600),
+        );
+        (informer, driver.boxed())
+    })
 }
 
 fn compact<X: 'static>(
@@ -254,17 +270,11 @@ where
     <PartialObjectMeta<X> as kube::Resource>::DynamicType:
         Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let (tx, rx) = mpsc::unbounded();
-    let health = conflux_runtime::Health::new("test");
-    let (informer, driver) = Informer::new_compact(
-        rx,
-        resource,
-        Arc::new(WatchMetrics::default()),
-        &health,
-        Duration::from_secs(600),
-    );
-    tokio::spawn(driver);
-    (tx, informer)
+    fed(|rx, health, metrics| {
+        let (informer, driver) =
+            Informer::new_compact(rx, resource, metrics, health, Duration::from_secs(600));
+        (informer, driver.boxed())
+    })
 }
 
 fn send<K>(feed: &Feed<K>, events: impl IntoIterator<Item = Event<K>>) {
