@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use copy_core::ConfigSync;
 use copy_core::runtime::CopyMetrics;
@@ -15,7 +16,6 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use watch_index::runtime::ConfigWatches;
 use watch_index::selector::Selector;
 
 use crate::wait_for;

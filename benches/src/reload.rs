@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -13,7 +14,6 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use reloader::runtime::{self as reload, Context, ReloadConfig, ReloadMetrics, RolloutLabels};
 use serde_json::{Value, json};
-use watch_index::runtime::ConfigWatches;
 
 use crate::wait_for;
 
@@ -21,8 +21,6 @@ use crate::wait_for;
 pub const BENCH_MANAGER: &str = "conflux-bench";
 /// Pod-template annotation conflux sets to roll a workload.
 pub const HASH: &str = "conflux.dev/config-hash";
-/// Workload annotation holding conflux's baseline.
-pub const BASELINE: &str = "conflux.dev/config-hash-baseline";
 /// `reloader.stakater.com/auto: "true"`.
 pub const AUTO: (&str, &str) = ("reloader.stakater.com/auto", "true");
 
@@ -41,8 +39,12 @@ impl std::fmt::Debug for Reloader {
 }
 
 impl Reloader {
-    /// Starts the controller on `client` with `config` and waits until it is ready.
-    pub async fn start(client: Client, config: ReloadConfig) -> anyhow::Result<Self> {
+    /// Starts the controller on `client` with `config` and waits until it is ready. Without a
+    /// records namespace, its memory is kept in its own namespace.
+    pub async fn start(client: Client, mut config: ReloadConfig) -> anyhow::Result<Self> {
+        if config.records_namespace.is_none() {
+            config.records_namespace = config.namespace.clone();
+        }
         let metrics = Arc::new(ReloadMetrics::default());
         let runtime = Runtime::new(client.clone());
         let configs = ConfigWatches::start(&runtime, config.namespace.as_deref());
@@ -155,25 +157,13 @@ pub async fn create_deployment(client: &Client, ns: &str, manifest: &Value) -> a
     .await
 }
 
-/// Waits until conflux recorded its baseline on the Deployment, and returns it.
+/// Waits until conflux remembers a baseline of the Deployment (in its memory Secrets in `ns`,
+/// written a moment after it changes), and returns it.
 pub async fn wait_baseline(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     wait_for(
-        &format!("conflux's baseline on {ns}/{name}"),
+        &format!("conflux's baseline of {ns}/{name}"),
         Duration::from_secs(30),
-        || {
-            let deployments = deployments.clone();
-            async move {
-                deployments
-                    .get(name)
-                    .await
-                    .ok()?
-                    .metadata
-                    .annotations?
-                    .get(BASELINE)
-                    .cloned()
-            }
-        },
+        || conflux_tests::remembered_baseline(client, ns, "Deployment", ns, name),
     )
     .await
 }

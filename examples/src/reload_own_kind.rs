@@ -233,7 +233,15 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
         template_hash: p.template_hash,
     };
     let outcome = match decide(&state, &hash, options) {
-        Action::RecordBaseline(p) => Outcome::RecordBaseline(ours(p)),
+        // conflux's controller remembers baselines in Secrets of its own namespace; a controller
+        // of its own kind may as well keep it on the object, as this one does (it owns the kind,
+        // and nothing copies its annotations elsewhere).
+        Action::Remember(baseline) => Outcome::RecordBaseline(TaskRunnerPatch {
+            namespace: state.namespace.clone(),
+            name: state.name.clone(),
+            baseline,
+            template_hash: state.template_hash.clone(),
+        }),
         Action::Rollout(p) => Outcome::Rollout(ours(p)),
         // `None`, or an action newer than this example: nothing to write.
         _ => Outcome::Unchanged {

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::{Health, Runtime};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
@@ -28,7 +29,6 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 use watch_index::refs::{ConfigKind, ReferenceSet};
-use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
 use watch_index::trigger::{DEFAULT_WATCH_CONFIGS_SELECTOR, Mode, Trigger};
 

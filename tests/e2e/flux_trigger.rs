@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -14,7 +15,6 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::flux_trigger::{self, FluxMetrics, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode;

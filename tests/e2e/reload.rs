@@ -500,15 +500,12 @@ async fn statefulsets_daemonsets_and_cronjobs_roll_too() {
         }
         _ => "/spec/template/metadata/annotations/conflux.dev~1config-hash",
     };
-    for (kind, api_version, plural, _) in &objects {
-        let api = api(api_version, kind, plural);
+    for (kind, api_version, _, _) in &objects {
+        let group = api_version.split_once('/').map_or("", |(g, _)| g);
         eventually(
             &format!("{kind} baseline"),
             Duration::from_secs(30),
-            || async {
-                let obj = api.get("w").await.ok()?;
-                obj.metadata.annotations?.get(BASELINE).cloned()
-            },
+            || async { remembered(&client, &ns, group, kind, &ns, "w").await },
         )
         .await;
     }
@@ -597,6 +594,8 @@ async fn grant(client: &kube::Client, ns: &str, user: &str, patch: bool) {
             {"apiGroups": ["batch"], "resources": ["cronjobs"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]},
             {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+            // Its memory, in its own namespace (here the test's), as the install grants it.
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]},
         ],
     });
     let binding = json!({

@@ -368,10 +368,16 @@ async fn namespace_selector_and_namespaces_to_ignore() {
     }
     let selector = reloader::filters::reloader_selector(&[format!("conflux-test-team:{team}")])
         .expect("selector");
+    // Cluster-wide: its memory in the first namespace.
     let cfg = ReloadConfig {
         namespace: None,
         namespaces: NamespaceFilter::new(selector, [ignored.clone()]),
+        records_namespace: Some(matching.clone()),
         ..config("", Options::default())
+    };
+    let remembered_of = |ns: String| {
+        let (client, matching) = (client.clone(), matching.clone());
+        async move { remembered(&client, &matching, "apps", "Deployment", &ns, "web").await }
     };
     let conflux = start_with(cluster, cfg).await;
     wait_baseline(&client, &matching, "web").await;
@@ -383,12 +389,15 @@ async fn namespace_selector_and_namespaces_to_ignore() {
     // The others were never evaluated: no baseline either.
     tokio::time::sleep(WINDOW * 4).await;
     for ns in [&ignored, &other] {
-        assert_eq!(baseline(&client, ns, "web").await, None, "{ns}");
+        assert_eq!(remembered_of(ns.clone()).await, None, "{ns}");
         assert_eq!(replica_sets(&client, ns, "web").await, 1, "{ns}");
     }
     // `other` gains the label: served from now on (a baseline first, then changes roll).
     label_namespace(&client, &other, &[("conflux-test-team", &team)]).await;
-    wait_baseline(&client, &other, "web").await;
+    eventually("a baseline of other/web", Duration::from_secs(30), || {
+        remembered_of(other.clone())
+    })
+    .await;
     apply_cm(&client, &other, "cfg", json!({"k": "3"}), json!({})).await;
     wait_reloaded_from(&client, &other, "web", None).await;
     assert_eq!(conflux.rollouts(), 2);
@@ -600,8 +609,9 @@ async fn pause_period_pauses_then_resumes_once() {
     assert_eq!(replica_sets(&client, &ns, "web").await, 2);
 }
 
-/// conflux's per-workload coalescing window (Reloader's issue #856): a workload with
-/// `conflux.dev/reload-debounce: "0s"` rolls although the controller's window is ten minutes.
+/// conflux's per-workload coalescing window (Reloader's issue #856): after a rollout, a workload
+/// with `conflux.dev/reload-debounce: "0s"` rolls on the next change at once, while one under
+/// the controller's ten-minute window coalesces it (a lone first change rolls both at once).
 #[tokio::test]
 async fn per_workload_debounce() {
     let cluster = cluster();
@@ -622,14 +632,18 @@ async fn per_workload_debounce() {
     let conflux = start_with(cluster, cfg).await;
     wait_baseline(&client, &ns, "fast").await;
     wait_baseline(&client, &ns, "slow").await;
+    // The first change: a leading edge, both roll at once.
     apply_cm(&client, &ns, "cfg", json!({"k": "2"}), json!({})).await;
-    wait_reloaded_from(&client, &ns, "fast", None).await;
-    // `slow` waits out its ten minutes: still pending, not rolled.
-    assert_eq!(last_reloaded_from(&client, &ns, "slow").await, None);
+    wait_replica_sets(&client, &ns, "fast", 2).await;
+    wait_replica_sets(&client, &ns, "slow", 2).await;
+    // The next one: `fast` rolls again at once, `slow` waits out its ten minutes.
+    apply_cm(&client, &ns, "cfg", json!({"k": "3"}), json!({})).await;
+    wait_replica_sets(&client, &ns, "fast", 3).await;
     eventually("slow still pending", Duration::from_secs(30), || {
         let pending = conflux.metrics.pending.get();
         async move { (pending == 1).then_some(()) }
     })
     .await;
-    assert_eq!(conflux.rollouts(), 1);
+    assert_eq!(replica_sets(&client, &ns, "slow").await, 2);
+    assert_eq!(conflux.rollouts(), 3);
 }

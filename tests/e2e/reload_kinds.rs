@@ -144,16 +144,9 @@ async fn wait_recreated(client: &Client, ns: &str, name: &str, old: &str) -> Job
 
 async fn wait_job_baseline(client: &Client, ns: &str, name: &str) -> String {
     eventually(
-        &format!("baseline on Job {name}"),
+        &format!("baseline of Job {name}"),
         Duration::from_secs(30),
-        || async {
-            get_job(client, ns, name)
-                .await?
-                .metadata
-                .annotations?
-                .get(BASELINE)
-                .cloned()
-        },
+        || async { remembered(client, ns, "batch", "Job", ns, name).await },
     )
     .await
 }
@@ -469,6 +462,8 @@ async fn grant(client: &Client, ns: &str, user: &str, job_verbs: &[&str], extra:
         json!({"apiGroups": ["batch"], "resources": ["jobs"], "verbs": job_verbs}),
         json!({"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
+        // Its memory and Job records, in its own namespace (here the test's).
+        json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]}),
     ];
     if let Value::Array(more) = extra {
         rules.extend(more);
@@ -594,7 +589,7 @@ async fn a_job_whose_replacement_was_recorded_is_created_after_a_crash() {
     migrate_job(&client, &ns).await;
     // What `conflux install --export` grants in conflux's namespace for the records.
     let records_rule = json!([{"apiGroups": [""], "resources": ["secrets"],
-                               "verbs": ["create", "delete"]}]);
+                               "verbs": ["create", "patch", "delete"]}]);
     let (all, no_create) = (JOB_VERBS, JOB_VERBS_NO_CREATE);
     grant(&client, &ns, "alice", &no_create, records_rule.clone()).await;
     let mut with_records = config(&ns, false, false);
@@ -766,9 +761,9 @@ async fn rollouts_roll_through_the_template_annotation_or_restart_at() {
     let conflux = start_as(cluster.client_as("bob").await, with_argo).await;
     for name in ["default-strategy", "restart"] {
         eventually(
-            &format!("baseline on Rollout {name}"),
+            &format!("baseline of Rollout {name}"),
             Duration::from_secs(30),
-            || async { annotation(&get_rollout(&client, &ns, name).await, BASELINE) },
+            || async { remembered(&client, &ns, "argoproj.io", "Rollout", &ns, name).await },
         )
         .await;
     }

@@ -421,6 +421,29 @@ async fn patch_namespace(client: &Client, ns: &str, patch: serde_json::Value) {
         .unwrap_or_else(|e| panic!("patch namespace {ns}: {e}"));
 }
 
+/// The baseline conflux's reload controller remembers of the workload `kind` `ns`/`name`, read
+/// from its memory Secrets in its namespace `records_ns` as docs/design.md section 5.1 describes
+/// them (labelled `conflux.dev/memory=reload`, one data key `<kind>.<namespace>.<name>` per
+/// workload, the value `<uid> <baseline> <versions>`); written a moment after it changes.
+pub async fn remembered_baseline(
+    client: &Client,
+    records_ns: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Option<String> {
+    let shards = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), records_ns)
+        .list(&kube::api::ListParams::default().labels("conflux.dev/memory=reload"))
+        .await
+        .ok()?;
+    let key = format!("{}.{ns}.{name}", kind.to_lowercase());
+    shards.items.into_iter().find_map(|shard| {
+        let value = shard.data?.remove(&key)?;
+        let text = String::from_utf8(value.0).ok()?;
+        text.split(' ').nth(1).map(str::to_owned)
+    })
+}
+
 /// Polls `check` every 100 ms until it returns `Some`, or panics with `what` after `timeout`.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where

@@ -267,11 +267,12 @@ pub fn manifests(args: &Install) -> Result<String> {
         &["get", "create", "patch"],
     );
     // kube-lease-manager reads, creates and patches the Lease (conflux-runtime's lease).
-    // The reload controller writes down each Job re-creation in a Secret here until the new Job
-    // exists, and the protect webhook keeps its generated certificate in a Secret here.
+    // The reload controller keeps what it remembers of workloads in a few Secrets here (applied,
+    // server-side) and writes down each Job re-creation in a Secret here until the new Job
+    // exists; the protect webhook keeps its generated certificate in a Secret here.
     let mut election_rules = vec![leases];
     if controllers.contains(&Controller::Reload) {
-        election_rules.push(rule("", &["secrets"], &["create", "delete"]));
+        election_rules.push(rule("", &["secrets"], &["create", "patch", "delete"]));
     }
     if webhook {
         election_rules.push(rule("", &["secrets"], &["create", "update"]));

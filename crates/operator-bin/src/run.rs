@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::admin::{Admin, Endpoints};
 use conflux_runtime::lease::{self, LeaderElectionConfig};
 use conflux_runtime::server::{Limits, Server};
@@ -23,7 +24,6 @@ use reloader::filters::{
 use reloader::patch::ReloadStrategy;
 use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
-use watch_index::runtime::ConfigWatches;
 use watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
 use watch_index::selector::Selector;
 use watch_index::trigger::Mode as TriggerMode;
@@ -145,15 +145,20 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',', default_value = "")]
     pub sync_source_namespaces: Vec<String>,
 
-    /// Coalescing window of the reload controller: a ConfigMap/Secret change waits this long for
-    /// others before its workloads are evaluated, and each further change restarts the wait, so
-    /// changes made together, or a config flapping back and forth, roll once (`0`, `300ms`, `2s`,
-    /// ...).
+    /// How long the first ConfigMap/Secret change to a quiet workload waits for its companions
+    /// before it is evaluated (configs applied together roll once; a lone change rolls at once).
+    #[arg(long, default_value = "100ms", value_parser = parse_duration)]
+    pub reload_settle: Duration,
+
+    /// Coalescing window of the reload controller: after a rollout, further ConfigMap/Secret
+    /// changes to the workload are coalesced into one more rollout, made once they stop for this
+    /// long, so a burst or a config flapping back and forth rolls at most twice (`0`, `300ms`,
+    /// `2s`, ...).
     #[arg(long, default_value = "2s", value_parser = parse_duration)]
     pub reload_debounce: Duration,
 
-    /// The longest a stream of ConfigMap/Secret changes may postpone a workload's evaluation,
-    /// from the first change: each change restarts the --reload-debounce window, up to this.
+    /// The longest a stream of ConfigMap/Secret changes may postpone that rollout, from the
+    /// first change of the stream.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub reload_debounce_max: Duration,
 
@@ -570,6 +575,7 @@ impl RunArgs {
             reload: ReloadConfig {
                 namespace: namespace.clone(),
                 object_selector: object_selector.clone(),
+                settle: self.reload_settle,
                 debounce: self.reload_debounce,
                 debounce_max: self.reload_debounce_max,
                 rate: self.reload_rate,
@@ -625,7 +631,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = Metrics::default();
     let mut registry = Registry::default();
-    metrics.register(runtime.metrics(), &mut registry);
+    metrics.register(&runtime, &mut registry);
     let registry = Arc::new(registry);
     let health = runtime.health().clone();
     for (flag, value, endpoints) in [

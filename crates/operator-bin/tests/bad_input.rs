@@ -844,7 +844,7 @@ fn template_hash(d: &Value) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A good opted-in Deployment and its ConfigMap; returns after its baseline is recorded.
+/// A good opted-in Deployment and its ConfigMap; returns after its baseline is remembered.
 async fn good_reload_neighbour(case: &Case) {
     case.config_map(&case.ns, "good-cfg", json!({"v": "1"}), json!({}))
         .await;
@@ -856,10 +856,9 @@ async fn good_reload_neighbour(case: &Case) {
         json!([]),
     ))
     .await;
-    case.wait_for(
+    case.wait_remembered(
         "the good Deployment's baseline",
-        ("apps/v1", "Deployment", Some(&case.ns), "good"),
-        |d| d["metadata"]["annotations"]["conflux.dev/config-hash-baseline"].is_string(),
+        ("Deployment", &case.ns, "good"),
     )
     .await;
 }
@@ -969,12 +968,8 @@ async fn reload_consumer_of_a_missing_key_still_rolls() {
         env,
     ))
     .await;
-    case.wait_for(
-        "baseline",
-        ("apps/v1", "Deployment", Some(&ns), "web"),
-        |d| d["metadata"]["annotations"]["conflux.dev/config-hash-baseline"].is_string(),
-    )
-    .await;
+    case.wait_remembered("baseline", ("Deployment", &ns, "web"))
+        .await;
     // The key appears: what the pod reads changed, so it rolls.
     case.config_map(
         &ns,
@@ -1012,12 +1007,8 @@ async fn reload_of_a_batch_v1_cron_job_whose_version_is_discovered() {
                                    "containers": [{"name": "job", "image": "registry.invalid/job:1",
                                                    "envFrom": [{"configMapRef": {"name": "job-cfg"}}]}]}}}}}}))
         .await;
-    case.wait_for(
-        "the CronJob's baseline",
-        ("batch/v1", "CronJob", Some(&ns), "nightly"),
-        |c| c["metadata"]["annotations"]["conflux.dev/config-hash-baseline"].is_string(),
-    )
-    .await;
+    case.wait_remembered("the CronJob's baseline", ("CronJob", &ns, "nightly"))
+        .await;
     case.config_map(&ns, "job-cfg", json!({"v": "2"}), json!({}))
         .await;
     case.wait_for("the CronJob rolls", ("batch/v1", "CronJob", Some(&ns), "nightly"), |c| {

@@ -373,7 +373,8 @@ fn chart_only_values_land_where_helm_users_expect_them() {
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
 
     // Without leader election (one replica): no flag, and no Lease in the Role: it keeps only
-    // what the reload controller's records need, and exists only when a controller needs it.
+    // what the reload controller's memory and records need, and exists only when a controller
+    // needs it.
     let docs = template(&[
         "--set",
         "leaderElection.enabled=false",
@@ -389,7 +390,7 @@ fn chart_only_values_land_where_helm_users_expect_them() {
     let role = find(&docs, "Role", "conflux-leader-election").expect("the records' Role");
     assert_eq!(
         role["rules"],
-        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "delete"]}])
+        json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch", "delete"]}])
     );
     let docs = template(&[
         "--set",

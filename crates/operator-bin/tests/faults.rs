@@ -372,14 +372,7 @@ async fn sigkill_between_a_jobs_delete_and_create_loses_no_job() {
     let mut conflux = Conflux::start_with(cluster.kubeconfig(), "jobkill-1", &[], &env);
     conflux.wait_ready().await;
     let baseline = || async {
-        jobs.get_opt("migrate")
-            .await
-            .ok()
-            .flatten()?
-            .metadata
-            .annotations?
-            .get("conflux.dev/config-hash-baseline")
-            .cloned()
+        conflux_tests::remembered_baseline(&client, &records, "Job", &ns, "migrate").await
     };
     eventually("the Job's baseline", Duration::from_secs(60), &baseline).await;
 

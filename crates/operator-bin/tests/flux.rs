@@ -132,18 +132,9 @@ async fn seed_scenario(flux_watchers: bool) {
         "the default of ${{CLUSTER_REGION:=eu-west-1}} is applied"
     );
     wait_replica_sets(&client, &tenant, 1).await;
-    // Let conflux record the workload's baseline (no rollout when it first sees a workload).
-    conflux_tests::eventually("conflux's baseline of the workload", WAIT, || async {
-        let d = get(&client, "apps/v1", "Deployment", Some(&tenant), "app").await?;
-        str_at(
-            &d,
-            &[
-                "metadata",
-                "annotations",
-                "conflux.dev/config-hash-baseline",
-            ],
-        )
-        .map(drop)
+    // Let conflux remember the workload's baseline (no rollout when it first sees a workload).
+    conflux_tests::eventually("conflux's baseline of the workload", WAIT, || {
+        conflux_tests::remembered_baseline(&client, RUNTIME_NAMESPACE, "Deployment", &tenant, "app")
     })
     .await;
 

@@ -144,7 +144,7 @@ fn world() -> (World, Vec<Deployment>) {
         let hash = content_hash(&watched, |_, n| {
             get(&store, &ns, n).map(ConfigData::from_config_map)
         });
-        state.baseline = Some(baseline_value(&hash));
+        state.remembered = Some(baseline_value(&hash));
         if let Some(o) = w.object_ref() {
             states.insert(o, state);
         }

@@ -14,9 +14,12 @@
 //! - [`opt_in`]: the Reloader and wave annotations, and the configs a workload watches.
 //! - [`hash`]: the SHA-256 content hash over exactly what the pods read.
 //! - [`patch`]: the rollout decision and its server-side-apply patch.
+//! - [`memory`]: what the controller remembers of each workload (its baseline), kept out of the
+//!   workloads.
 //! - [`index`]: config → workloads, on watch-index's reverse index.
 //! - `runtime` (feature `runtime`): the controller itself, to embed: shared watches in, rollouts
-//!   out, with the coalescing window and the cluster-wide rate limit.
+//!   out, on conflux-runtime's work queue (a leading edge, a coalescing window, a cluster-wide
+//!   rate limit).
 //!
 //! The crate does no I/O: no client, no clock, no tasks (docs/design.md section 1 and 5).
 
@@ -27,6 +30,7 @@ pub mod filters;
 pub mod hash;
 pub mod index;
 pub mod job;
+pub mod memory;
 pub mod opt_in;
 pub mod patch;
 #[cfg(feature = "runtime")]

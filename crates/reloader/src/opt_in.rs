@@ -47,7 +47,6 @@ use watch_index::refs::ConfigKind;
 
 use crate::Error;
 use crate::consumers::{Consumption, Keys};
-use crate::patch::ReloadStrategy;
 
 /// Workload annotation: roll on every consumed ConfigMap/Secret.
 pub const AUTO: &str = "reloader.stakater.com/auto";
@@ -102,6 +101,20 @@ const PROVIDER_WORKLOAD_KEYS: [&str; 3] = [
 
 /// Index of SecretProviderClasses in the per-kind arrays (after ConfigMap 0 and Secret 1).
 const PROVIDER: usize = 2;
+
+/// How a rollout changes the pod template (Reloader's `--reload-strategy`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReloadStrategy {
+    /// The pod-template annotation [`CONFIG_HASH_ANNOTATION`](crate::patch::CONFIG_HASH_ANNOTATION) (and
+    /// [`LAST_RELOADED_FROM_ANNOTATION`](crate::patch::LAST_RELOADED_FROM_ANNOTATION)).
+    #[default]
+    Annotations,
+    /// Reloader's default: a `STAKATER_<NAME>_<KIND>` variable set to the config's digest in the
+    /// container that reads it (and [`LAST_RELOADED_FROM_ANNOTATION`](crate::patch::LAST_RELOADED_FROM_ANNOTATION)). Rollouts roll through
+    /// the annotation instead ([`WorkloadKind::supports_env_vars`](crate::WorkloadKind::supports_env_vars)).
+    EnvVars,
+}
 
 /// Reloader's controller-wide flags, as the opt-in and rollout decisions read them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,32 +3,36 @@
 //! A rollout is one pod-template annotation, [`CONFIG_HASH_ANNOTATION`], set to the workload's
 //! [content hash](crate::hash) (with [`ReloadStrategy::EnvVars`], Reloader's
 //! `STAKATER_<NAME>_<KIND>` variables instead), plus Reloader's [`LAST_RELOADED_FROM_ANNOTATION`]
-//! naming the config behind it. Next to them, on the workload's own metadata (which does not roll
-//! anything), [`BASELINE_ANNOTATION`] records what every candidate config looked like when last
-//! seen, in digests (see [`baseline_value`]). The baseline is what makes the decision safe:
+//! naming the config behind it. The decision compares what every candidate config looks like now
+//! with the workload's *baseline* ([`baseline_value`]: digests of what its pods last saw), which
+//! the controller remembers outside the workload ([`memory`](crate::memory)): recording one
+//! writes nothing to the workload. It is what makes the decision safe:
 //!
 //! | situation | baseline | action |
 //! |---|---|---|
-//! | first opt-in, adoption, or conflux never saw the workload | absent | [`Action::RecordBaseline`]: no rollout |
+//! | first opt-in, adoption, or conflux never saw the workload | absent | [`Action::Remember`]: no rollout |
 //! | conflux restarts, nothing changed | equal | [`Action::None`] |
 //! | a watched config's content changed (also while conflux was down) | that config's digest differs | [`Action::Rollout`] |
 //! | a config's data changed in the same update that made it watched (`ignore` removed, `match` added, labels now selected) | that config's digest differs, and it is watched now | [`Action::Rollout`], as Reloader |
-//! | a config's data changed in the same update that made it unwatched (`ignore` added) | differs, not watched now | [`Action::RecordBaseline`] |
+//! | a config's data changed in the same update that made it unwatched (`ignore` added) | differs, not watched now | [`Action::Remember`] |
 //! | a watched config was created or deleted | absent on one side | [`Action::Rollout`] unless `--reload-on-create=false` / `--reload-on-delete=false` |
-//! | what the workload watches changed: pod spec, opt-in annotations | workload side ([`Watch::spec`](crate::opt_in::Watch::spec)) differs | [`Action::RecordBaseline`]: a pod spec change rolls by itself, an opt-in change is not a content change |
-//! | only membership changed (`ignore` added or removed, no data change) | digests equal | [`Action::RecordBaseline`] |
+//! | what the workload watches changed: pod spec, opt-in annotations | workload side ([`Watch::spec`](crate::opt_in::Watch::spec)) differs | [`Action::Remember`]: a pod spec change rolls by itself, an opt-in change is not a content change |
+//! | only membership changed (`ignore` added or removed, no data change) | digests equal | [`Action::Remember`] |
+//! | the pods already run what changed (the template's hash, the variables or the workload's own baseline annotation say so: a rollout whose baseline was not remembered yet) | differs | [`Action::Remember`] |
 //! | a required config is missing | any | [`Action::None`]: new pods could not start; wait for it |
 //!
 //! The decision needs no "why are we looking" input: a workload update (scaling, a label) is
 //! harmless, and the controller can call [`decide`] after any event.
 //!
-//! Patches are server-side apply with field manager [`FIELD_MANAGER`]. SSA removes fields a manager
-//! owned and no longer sends, so every patch sends *every* field conflux set once they exist:
-//! recording a baseline re-sends the current template annotations and variables unchanged, which
-//! leaves the template (and the pods) alone. Flux's kustomize-controller takes over fields of
-//! managers named `kubectl*` and `before-first-apply`; `conflux-reloader` matches neither, so Flux
-//! leaves our fields in place and applying the same manifest again neither removes them nor rolls
-//! the workload. When a workload opts out, the annotations are left as they are (removing the
+//! Older versions wrote the baseline on the workload ([`BASELINE_ANNOTATION`]). It is still read
+//! when nothing is remembered, and it goes with the workload's next rollout: patches are
+//! server-side apply with field manager [`FIELD_MANAGER`], and SSA removes the fields a manager
+//! owned and no longer sends (so every rollout sends *every* template field conflux set). Jobs
+//! (re-created) and Argo Rollouts restarted through `spec.restartAt` still carry it, written with
+//! the rollout itself. Flux's kustomize-controller takes over fields of managers named
+//! `kubectl*` and `before-first-apply`; `conflux-reloader` matches neither, so Flux leaves our
+//! fields in place and applying the same manifest again neither removes them nor rolls the
+//! workload. When a workload opts out, the annotations are left as they are (removing the
 //! template one would roll it).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,15 +45,18 @@ use serde_json::{Value, json};
 
 use crate::consumers::{container_ref, pod_spec_consumers, pod_spec_provider_classes};
 use crate::hash::{ConfigDigest, ContentHash, to_hex};
-use crate::opt_in::Options;
+pub use crate::opt_in::ReloadStrategy;
+use crate::opt_in::{Options, Watch};
 use crate::source::SourceKind;
 use crate::workload::{Workload, WorkloadKind};
+use watch_index::refs::ConfigKind;
 
 /// Field manager of every patch this crate makes.
 pub const FIELD_MANAGER: &str = "conflux-reloader";
 /// Pod-template annotation whose change rolls the workload.
 pub const CONFIG_HASH_ANNOTATION: &str = "conflux.dev/config-hash";
-/// Workload-metadata annotation: the baseline last recorded (no rollout when it changes).
+/// Workload-metadata annotation: the baseline, as older versions wrote it on every workload, and
+/// as a re-created Job or a restarted Argo Rollout still carries it (no rollout when it changes).
 pub const BASELINE_ANNOTATION: &str = "conflux.dev/config-hash-baseline";
 /// Pod-template annotation, as Reloader writes it: JSON naming the config behind the last rollout
 /// (`type`, `name`, `namespace`, `hash`, `containerRefs`, `observedAt`).
@@ -63,22 +70,8 @@ const MAX_TRACKED_KEYS: usize = 32;
 /// Above this, the baseline drops its key digests (annotations share 256 KiB per object, and the
 /// Deployment controller copies them onto ReplicaSets).
 const KEY_DIGEST_BUDGET: usize = 8 * 1024;
-/// Above this, the baseline falls back to the version-1 form (two whole-set digests).
+/// Above this, the baseline falls back to the whole form (two whole-set digests).
 const BASELINE_BUDGET: usize = 64 * 1024;
-
-/// How a rollout changes the pod template (Reloader's `--reload-strategy`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ReloadStrategy {
-    /// The pod-template annotation [`CONFIG_HASH_ANNOTATION`] (and
-    /// [`LAST_RELOADED_FROM_ANNOTATION`]).
-    #[default]
-    Annotations,
-    /// Reloader's default: a `STAKATER_<NAME>_<KIND>` variable set to the config's digest in the
-    /// container that reads it (and [`LAST_RELOADED_FROM_ANNOTATION`]). Rollouts roll through
-    /// the annotation instead ([`WorkloadKind::supports_env_vars`]).
-    EnvVars,
-}
 
 /// A Reloader `STAKATER_*` variable in one container of a pod template.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -102,6 +95,10 @@ pub struct WorkloadState {
     pub name: String,
     /// [`BASELINE_ANNOTATION`] on its metadata (as written by [`baseline_value`]).
     pub baseline: Option<String>,
+    /// Its baseline as the controller remembers it ([`memory`](crate::memory)); when set, it is
+    /// what the decision compares with, and [`WorkloadState::baseline`] only says what a rollout
+    /// carried.
+    pub remembered: Option<String>,
     /// [`CONFIG_HASH_ANNOTATION`] on its pod template.
     pub template_hash: Option<String>,
     /// [`LAST_RELOADED_FROM_ANNOTATION`] on its pod template.
@@ -176,6 +173,7 @@ impl WorkloadState {
                 .as_ref()
                 .and_then(|a| a.get(BASELINE_ANNOTATION))
                 .cloned(),
+            remembered: None,
             template_hash: template
                 .and_then(|a| a.get(CONFIG_HASH_ANNOTATION))
                 .cloned(),
@@ -188,6 +186,18 @@ impl WorkloadState {
                 .and_then(|s| s.containers.first())
                 .map(|c| c.name.clone()),
         })
+    }
+
+    /// The same state with the baseline the controller remembers.
+    #[must_use]
+    pub fn with_remembered(mut self, remembered: Option<String>) -> Self {
+        self.remembered = remembered;
+        self
+    }
+
+    /// The baseline the decision compares with: remembered, else the annotation.
+    pub fn known_baseline(&self) -> Option<&str> {
+        self.remembered.as_deref().or(self.baseline.as_deref())
     }
 
     /// The container Reloader names for a config of this workload.
@@ -316,19 +326,18 @@ pub struct ReloadSource {
 pub enum Action {
     /// Nothing to do.
     None,
-    /// Record the baseline on the workload's metadata; the pod template is unchanged.
-    RecordBaseline(WorkloadPatch),
-    /// Change the pod template (this rolls the workload) and record the baseline.
+    /// Remember this baseline ([`memory`](crate::memory)); nothing is written to the workload.
+    Remember(String),
+    /// Change the pod template (this rolls the workload); remember [`WorkloadPatch::baseline`].
     Rollout(WorkloadPatch),
 }
 
-/// The value of [`BASELINE_ANNOTATION`] for a hash, version 2:
-/// `v2;<workload side>;<entry>;<entry>…`, one entry per candidate config,
-/// `<c|s|p><w|u><name>=<config digest|->[:<key digest>.<key digest>…]` (ConfigMap, Secret or
-/// SecretProviderClass, watched or not, `-` while absent; all digests lower-case hex). The `p`
-/// entries appear only with the CSI integration; a baseline without them reads as before. Without key digests when they would
-/// take more than 8 KiB; in the version-1 form `<content hash>.<watched-set digest>` when even
-/// that would take more than 64 KiB.
+/// The baseline of a hash, version 2: `v2;<workload side>;<entry>;<entry>…`, one entry per
+/// candidate config, `<c|s|p><w|u><name>=<config digest|->[:<key digest>.<key digest>…]`
+/// (ConfigMap, Secret or SecretProviderClass, watched or not, `-` while absent; all digests
+/// lower-case hex). The `p` entries appear only with the CSI integration; a baseline without
+/// them reads as before. Without key digests when they would take more than 8 KiB; in the whole
+/// form `v2h;<content hash>.<watched-set digest>` when even that would take more than 64 KiB.
 pub fn baseline_value(hash: &ContentHash) -> String {
     let with_keys = encode_v2(hash, true);
     if with_keys.len() <= KEY_DIGEST_BUDGET {
@@ -338,7 +347,54 @@ pub fn baseline_value(hash: &ContentHash) -> String {
     if without.len() <= BASELINE_BUDGET {
         return without;
     }
-    format!("{}.{}", hash.hex, hash.watched_hex)
+    format!("{WHOLE_PREFIX}{}.{}", hash.hex, hash.watched_hex)
+}
+
+/// The prefix of the whole form of a baseline (content hash version 2).
+const WHOLE_PREFIX: &str = "v2h;";
+
+/// `remembered` with the watched flags of `watch`, when it is a version-2 baseline of exactly
+/// the candidates of `watch` with the same workload side: what [`decide`] would remember if the
+/// configs' digests are those remembered (their `resourceVersion`s did not move), found without
+/// reading any config. `None` when the configs must be read.
+pub fn rebaseline(remembered: &str, watch: &Watch) -> Option<String> {
+    let rest = remembered.strip_prefix("v2;")?;
+    let mut parts = rest.split(';');
+    let spec = parts.next()?;
+    if spec != to_hex(&watch.spec) {
+        return None;
+    }
+    let mut wanted: BTreeMap<(char, &str), bool> = watch
+        .candidates
+        .iter()
+        .map(|c| {
+            let kind = match c.consumption.kind {
+                ConfigKind::ConfigMap => 'c',
+                ConfigKind::Secret => 's',
+            };
+            ((kind, c.consumption.name.as_str()), c.watched())
+        })
+        .collect();
+    wanted.extend(
+        watch
+            .providers
+            .iter()
+            .map(|p| (('p', p.name.as_str()), p.reason.is_some())),
+    );
+    let mut out = format!("v2;{spec}");
+    let mut seen = 0usize;
+    for entry in parts {
+        let mut chars = entry.chars();
+        let kind = chars.next()?;
+        chars.next()?;
+        let rest = chars.as_str();
+        let (name, _) = rest.split_once('=')?;
+        let watched = *wanted.get(&(kind, name))?;
+        seen += 1;
+        let flag = if watched { 'w' } else { 'u' };
+        let _ = write!(out, ";{kind}{flag}{rest}");
+    }
+    (seen == wanted.len()).then_some(out)
 }
 
 fn encode_v2(hash: &ContentHash, keys: bool) -> String {
@@ -376,11 +432,11 @@ struct Recorded {
     keys: Option<BTreeMap<String, String>>,
 }
 
-/// A parsed [`BASELINE_ANNOTATION`].
+/// A parsed baseline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Baseline {
-    /// `<content hash>.<watched-set digest>`.
-    V1 { content: String, set: String },
+    /// `v2h;<content hash>.<watched-set digest>`.
+    Whole { content: String, set: String },
     /// See [`baseline_value`].
     V2 {
         spec: String,
@@ -389,14 +445,18 @@ enum Baseline {
 }
 
 impl Baseline {
+    /// The baseline `value`; `None` for anything else, and for the version-1 form
+    /// `<content hash>.<watched-set digest>` of older versions, whose content hash (version 1)
+    /// cannot be compared with today's: such a workload is adopted again.
     fn parse(value: &str) -> Option<Baseline> {
-        let Some(rest) = value.strip_prefix("v2;") else {
-            let (content, set) = value.split_once('.')?;
-            return Some(Baseline::V1 {
+        if let Some(whole) = value.strip_prefix(WHOLE_PREFIX) {
+            let (content, set) = whole.split_once('.')?;
+            return Some(Baseline::Whole {
                 content: content.to_owned(),
                 set: set.to_owned(),
             });
-        };
+        }
+        let rest = value.strip_prefix("v2;")?;
         let mut parts = rest.split(';');
         let spec = parts.next()?.to_owned();
         let mut configs = BTreeMap::new();
@@ -513,21 +573,28 @@ fn changes_since(
 
 /// Decides what to do for a workload whose candidate configs now hash to `current`, under
 /// Reloader's `options` (`--reload-on-create`, `--reload-on-delete`, `--reload-strategy`).
-/// Idempotent: applying the returned patch and deciding again yields [`Action::None`]. See the
-/// [module docs](self) for the table.
+/// Idempotent: remembering the returned baseline (and applying a rollout's patch) and deciding
+/// again yields [`Action::None`]. See the [module docs](self) for the table.
 pub fn decide(state: &WorkloadState, current: &ContentHash, options: Options) -> Action {
     if !current.missing_required.is_empty() {
         return Action::None;
     }
     let baseline = baseline_value(current);
-    let record = || Action::RecordBaseline(WorkloadPatch::keep(state, &baseline));
-    let changes = match state.baseline.as_deref().and_then(Baseline::parse) {
-        // Absent or unreadable: record, keep the template as it is.
-        None => return record(),
-        Some(Baseline::V1 { content, set }) => {
+    let known = state.known_baseline();
+    let remember = || {
+        if known == Some(baseline.as_str()) {
+            Action::None
+        } else {
+            Action::Remember(baseline.clone())
+        }
+    };
+    let changes = match known.and_then(Baseline::parse) {
+        // Absent or unreadable: remember, keep the template as it is.
+        None => return remember(),
+        Some(Baseline::Whole { content, set }) => {
             if set == current.watched_hex && content != current.hex {
-                // Changed since a version-1 baseline: which config is not known.
-                let changes = current
+                // Changed since a whole baseline: which config is not known.
+                current
                     .configs
                     .iter()
                     .filter(|c| c.watched)
@@ -539,12 +606,10 @@ pub fn decide(state: &WorkloadState, current: &ContentHash, options: Options) ->
                         keys_removed: 0,
                         digest: c.content.as_ref().map(|d| to_hex(d)).unwrap_or_default(),
                     })
-                    .collect();
-                return Action::Rollout(WorkloadPatch::rollout(
-                    state, &baseline, current, changes, options,
-                ));
+                    .collect()
+            } else {
+                Vec::new()
             }
-            Vec::new()
         }
         Some(Baseline::V2 { spec, configs }) if spec == to_hex(&current.spec) => {
             changes_since(&configs, current)
@@ -560,20 +625,55 @@ pub fn decide(state: &WorkloadState, current: &ContentHash, options: Options) ->
         ChangeKind::Created => options.reload_on_create,
         ChangeKind::Deleted => options.reload_on_delete,
     });
-    if rolls {
+    if rolls && !already_rolled(state, current, &baseline, &changes, options) {
         Action::Rollout(WorkloadPatch::rollout(
             state, &baseline, current, changes, options,
         ))
-    } else if state.baseline.as_deref() != Some(baseline.as_str()) {
-        record()
     } else {
-        Action::None
+        remember()
     }
 }
 
-/// What one server-side apply of [`FIELD_MANAGER`] sets on a workload: the baseline on its
-/// metadata and, once they exist, the pod-template fields conflux owns (nothing else, so it owns
-/// nothing else).
+/// Whether the workload's pods already run what changed since the known baseline: a rollout was
+/// written whose baseline was not remembered yet (the controller stopped in between). The pod
+/// template's content hash is the current one, or (env-vars strategy) every changed config's
+/// variable holds its current digest, or the workload carries the current baseline itself (a
+/// re-created Job, a restarted Argo Rollout).
+fn already_rolled(
+    state: &WorkloadState,
+    current: &ContentHash,
+    baseline: &str,
+    changes: &[ConfigChange],
+    options: Options,
+) -> bool {
+    if state.baseline.as_deref() == Some(baseline) {
+        return true;
+    }
+    match options.reload_strategy {
+        ReloadStrategy::EnvVars if state.kind.supports_env_vars() => {
+            !changes.is_empty()
+                && changes.iter().all(|change| {
+                    let Some(container) = state.container_for(change.kind, &change.name) else {
+                        return false;
+                    };
+                    let name = env_var_name(change.kind, &change.name);
+                    let value = match change.change {
+                        ChangeKind::Deleted => "deleted",
+                        _ => change.digest.as_str(),
+                    };
+                    state
+                        .env
+                        .iter()
+                        .any(|e| e.container == container && e.name == name && e.value == value)
+                })
+        }
+        _ => state.template_hash.as_deref() == Some(current.hex.as_str()),
+    }
+}
+
+/// A rollout: what one server-side apply of [`FIELD_MANAGER`] sets on a workload (the pod-template
+/// fields conflux owns, nothing else, so it owns nothing else), and the baseline to remember once
+/// it is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkloadPatch {
     /// The workload's kind.
@@ -582,7 +682,8 @@ pub struct WorkloadPatch {
     pub namespace: String,
     /// Its name.
     pub name: String,
-    /// The value of [`BASELINE_ANNOTATION`].
+    /// The baseline to remember once the rollout is written (and to put on a re-created Job or a
+    /// restarted Argo Rollout).
     pub baseline: String,
     /// The value of [`CONFIG_HASH_ANNOTATION`] on the pod template; `None` leaves it out.
     pub template_hash: Option<String>,
@@ -595,7 +696,8 @@ pub struct WorkloadPatch {
 }
 
 impl WorkloadPatch {
-    /// A patch that records `baseline` and re-sends what conflux owns on the template unchanged.
+    /// A patch that re-sends what conflux owns on the template unchanged, with `baseline` to
+    /// remember.
     pub fn keep(state: &WorkloadState, baseline: &str) -> Self {
         WorkloadPatch {
             kind: state.kind,
@@ -679,13 +781,14 @@ impl WorkloadPatch {
     /// The server-side apply body for the version the cluster serves (a `batch/v1beta1` CronJob
     /// on Kubernetes before 1.21 has the same shape).
     pub fn body_for(&self, api_version: &str) -> Value {
+        // No baseline: the controller remembers it. Not sending the annotation older versions
+        // wrote removes it (SSA), with this write.
         let mut patch = json!({
             "apiVersion": api_version,
             "kind": self.kind.as_str(),
             "metadata": {
                 "name": self.name,
                 "namespace": self.namespace,
-                "annotations": {BASELINE_ANNOTATION: self.baseline},
             },
         });
         let mut template = serde_json::Map::new();
@@ -713,8 +816,7 @@ impl WorkloadPatch {
                 .collect();
             template.insert("spec".into(), json!({"containers": containers}));
         }
-        // A Job's pod template cannot change: it is re-created ([`crate::job`]), and its patches
-        // only ever carry the baseline.
+        // A Job's pod template cannot change: it is re-created ([`crate::job`]).
         if !template.is_empty() && self.kind != WorkloadKind::Job {
             let template = Value::Object(template);
             patch["spec"] = match self.kind {
@@ -793,12 +895,14 @@ mod tests {
         })
     }
 
+    /// A workload whose remembered baseline is `baseline` (none on the workload itself).
     fn state(kind: WorkloadKind, baseline: Option<&str>) -> WorkloadState {
         WorkloadState {
             kind,
             namespace: "ns".into(),
             name: "web".into(),
-            baseline: baseline.map(Into::into),
+            baseline: None,
+            remembered: baseline.map(Into::into),
             template_hash: None,
             last_reloaded_from: None,
             env: Vec::new(),
@@ -810,25 +914,29 @@ mod tests {
         }
     }
 
-    /// Applies a patch to a state the way the API server would for our fields.
+    /// Applies an action the way the controller does: a baseline is remembered, a rollout's
+    /// patch lands on our fields (the API server's part) and its baseline is remembered.
     fn apply(s: &WorkloadState, action: &Action) -> WorkloadState {
-        let patch = match action {
-            Action::None => return s.clone(),
-            Action::RecordBaseline(p) | Action::Rollout(p) => p,
-        };
-        WorkloadState {
-            baseline: Some(patch.baseline.clone()),
-            template_hash: patch.template_hash.clone(),
-            last_reloaded_from: patch.last_reloaded_from.clone(),
-            env: patch.env.clone(),
-            ..s.clone()
+        match action {
+            Action::None => s.clone(),
+            Action::Remember(b) => WorkloadState {
+                remembered: Some(b.clone()),
+                ..s.clone()
+            },
+            Action::Rollout(patch) => WorkloadState {
+                remembered: Some(patch.baseline.clone()),
+                template_hash: patch.template_hash.clone(),
+                last_reloaded_from: patch.last_reloaded_from.clone(),
+                env: patch.env.clone(),
+                ..s.clone()
+            },
         }
     }
 
     fn name(action: &Action) -> &'static str {
         match action {
             Action::None => "none",
-            Action::RecordBaseline(_) => "baseline",
+            Action::Remember(_) => "baseline",
             Action::Rollout(_) => "rollout",
         }
     }
@@ -1152,8 +1260,7 @@ mod tests {
             p.body(),
             json!({
                 "apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
-                "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                "metadata": {"name": "web", "namespace": "ns"},
                 "spec": {"template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: now.hex}}}},
             })
         );
@@ -1163,8 +1270,8 @@ mod tests {
             json!({"metadata": {"annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
                    "spec": {"restartAt": "2026-01-01T00:00:00Z"}})
         );
-        // A Job: its patches carry the baseline only (the template is immutable; the rollout is
-        // a re-creation, see crate::job).
+        // A Job: no patch at all (the template is immutable; the rollout is a re-creation, whose
+        // replacement carries the baseline, see crate::job).
         let s = state(WorkloadKind::Job, Some(&baseline_value(&before)));
         let Action::Rollout(p) = decide(&s, &now, env) else {
             panic!("expected a rollout");
@@ -1174,8 +1281,7 @@ mod tests {
             p.body(),
             json!({
                 "apiVersion": "batch/v1", "kind": "Job",
-                "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                "metadata": {"name": "web", "namespace": "ns"},
             })
         );
         // Variables already on a Rollout are not conflux's to re-send.
@@ -1201,31 +1307,151 @@ mod tests {
             let mut s = state(WorkloadKind::Deployment, baseline);
             s.template_hash = Some("old".into());
             let action = decide(&s, &now, Options::default());
-            assert_eq!(name(&action), "baseline", "{baseline:?}");
-            let Action::RecordBaseline(p) = action else {
-                unreachable!()
-            };
-            assert_eq!(p.template_hash.as_deref(), Some("old"), "template kept");
+            assert_eq!(
+                action,
+                Action::Remember(baseline_value(&now)),
+                "{baseline:?}"
+            );
         }
     }
 
     #[test]
-    fn version_one_baselines_are_read_and_replaced() {
+    fn baselines_of_older_versions_are_read_and_never_roll_on_their_own() {
         let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
-        let v1 = format!("{}.{}", before.hex, before.watched_hex);
-        // Unchanged: the version-2 baseline replaces it, no rollout.
-        let s = state(WorkloadKind::Deployment, Some(&v1));
-        let Action::RecordBaseline(p) = decide(&s, &before, Options::default()) else {
-            panic!("expected a baseline");
-        };
-        assert!(p.baseline.starts_with("v2;"));
-        // Changed while conflux ran an older version: rolls once, as before.
         let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        // On the workload, written by an older version (nothing remembered yet): read.
+        let annotated = WorkloadState {
+            baseline: Some(baseline_value(&before)),
+            ..state(WorkloadKind::Deployment, None)
+        };
+        assert_eq!(
+            decide(&annotated, &before, Options::default()),
+            Action::None
+        );
+        let Action::Rollout(p) = decide(&annotated, &now, Options::default()) else {
+            panic!("changed while conflux was down (or upgraded): rolls once");
+        };
+        // The rollout no longer sends the annotation: server-side apply removes it.
+        assert_eq!(p.body()["metadata"].get("annotations"), None);
+        // The version-1 form (its content hash is version 1's): adopted again, no rollout.
+        let v1 = format!("{}.{}", "ab".repeat(32), before.watched_hex);
+        let old = state(WorkloadKind::Deployment, Some(&v1));
+        assert_eq!(
+            decide(&old, &now, Options::default()),
+            Action::Remember(baseline_value(&now))
+        );
+        // The whole form (over 64 KiB of entries) still compares its content hash.
+        let whole = format!("v2h;{}.{}", before.hex, before.watched_hex);
+        let s = state(WorkloadKind::Deployment, Some(&whole));
         let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
             panic!("expected a rollout");
         };
         assert_eq!(p.changes.len(), 1);
-        assert_eq!(p.changes[0].keys, None, "no key digests in version 1");
+        assert_eq!(p.changes[0].keys, None, "no key digests in the whole form");
+    }
+
+    #[test]
+    fn a_rollout_whose_baseline_was_not_remembered_is_not_repeated() {
+        let before = world(1, &[(ConfigMap, "app", true, Some(V1))]);
+        let now = world(1, &[(ConfigMap, "app", true, Some(V2))]);
+        let s = state(WorkloadKind::Deployment, Some(&baseline_value(&before)));
+        let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
+            panic!("expected a rollout");
+        };
+        // The patch landed, then conflux stopped before remembering: the template says so.
+        let landed = WorkloadState {
+            template_hash: p.template_hash.clone(),
+            ..s.clone()
+        };
+        assert_eq!(
+            decide(&landed, &now, Options::default()),
+            Action::Remember(baseline_value(&now))
+        );
+        // With the env-vars strategy the variables say so.
+        let options = Options {
+            reload_strategy: ReloadStrategy::EnvVars,
+            ..Options::default()
+        };
+        let Action::Rollout(p) = decide(&s, &now, options) else {
+            panic!("expected a rollout");
+        };
+        let landed = WorkloadState {
+            env: p.env.clone(),
+            ..s.clone()
+        };
+        assert_eq!(
+            decide(&landed, &now, options),
+            Action::Remember(baseline_value(&now))
+        );
+        // A re-created Job (or a restarted Argo Rollout) carries the baseline it rolled to.
+        let job = WorkloadState {
+            baseline: Some(baseline_value(&now)),
+            ..state(WorkloadKind::Job, Some(&baseline_value(&before)))
+        };
+        assert_eq!(
+            decide(&job, &now, Options::default()),
+            Action::Remember(baseline_value(&now))
+        );
+    }
+
+    #[test]
+    fn a_remembered_baseline_takes_the_watched_flags_of_now_without_any_read() {
+        let before = world(
+            1,
+            &[
+                (ConfigMap, "app", false, Some(V1)),
+                (Secret, "s", true, None),
+            ],
+        );
+        let remembered = baseline_value(&before);
+        // `ignore` removed: the same digests, the config watched now.
+        let now = world(
+            1,
+            &[
+                (ConfigMap, "app", true, Some(V1)),
+                (Secret, "s", true, None),
+            ],
+        );
+        let watch_now = Watch {
+            candidates: vec![
+                Candidate {
+                    consumption: crate::consumers::Consumption {
+                        kind: ConfigMap,
+                        name: "app".into(),
+                        keys: crate::consumers::Keys::All,
+                        optional: false,
+                    },
+                    reason: Some(Reason::Auto),
+                },
+                Candidate {
+                    consumption: crate::consumers::Consumption {
+                        kind: Secret,
+                        name: "s".into(),
+                        keys: crate::consumers::Keys::All,
+                        optional: false,
+                    },
+                    reason: Some(Reason::Auto),
+                },
+            ],
+            providers: Vec::new(),
+            spec: [1; 8],
+        };
+        assert_eq!(
+            rebaseline(&remembered, &watch_now),
+            Some(baseline_value(&now))
+        );
+        // Another workload side, another candidate, or an older form: the configs must be read.
+        let other_spec = Watch {
+            spec: [2; 8],
+            ..watch_now.clone()
+        };
+        assert_eq!(rebaseline(&remembered, &other_spec), None);
+        let fewer = Watch {
+            candidates: watch_now.candidates[..1].to_vec(),
+            ..watch_now.clone()
+        };
+        assert_eq!(rebaseline(&remembered, &fewer), None);
+        assert_eq!(rebaseline("v2h;aa.bb", &watch_now), None);
     }
 
     #[test]
@@ -1297,14 +1523,13 @@ mod tests {
             p.body()["spec"]["template"]["metadata"]["annotations"][LAST_RELOADED_FROM_ANNOTATION],
             json!(p.last_reloaded_from.clone().unwrap())
         );
-        // A later baseline re-sends it, unchanged.
+        // A later baseline only moves what is remembered.
         let after = apply(&s, &Action::Rollout(p.clone()));
         let third = world(2, &[(ConfigMap, "app", true, Some(V2))]);
-        let Action::RecordBaseline(b) = decide(&after, &third, Options::default()) else {
-            panic!("expected a baseline");
-        };
-        assert_eq!(b.last_reloaded_from, p.last_reloaded_from);
-        assert_eq!(b.template_hash, p.template_hash);
+        assert_eq!(
+            decide(&after, &third, Options::default()),
+            Action::Remember(baseline_value(&third))
+        );
     }
 
     #[test]
@@ -1373,22 +1598,15 @@ mod tests {
             p.body(),
             json!({
                 "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
+                "metadata": {"name": "web", "namespace": "ns"},
                 "spec": {"template": {"metadata": {"annotations": {CONFIG_HASH_ANNOTATION: now.hex}}}},
             })
         );
         let s = state(WorkloadKind::CronJob, None);
-        let Action::RecordBaseline(p) = decide(&s, &now, Options::default()) else {
-            panic!("expected a baseline");
-        };
         assert_eq!(
-            p.body(),
-            json!({
-                "apiVersion": "batch/v1", "kind": "CronJob",
-                "metadata": {"name": "web", "namespace": "ns",
-                             "annotations": {BASELINE_ANNOTATION: baseline_value(&now)}},
-            })
+            decide(&s, &now, Options::default()),
+            Action::Remember(baseline_value(&now)),
+            "adoption writes nothing"
         );
         let s = state(WorkloadKind::CronJob, Some(&baseline_value(&before)));
         let Action::Rollout(p) = decide(&s, &now, Options::default()) else {
@@ -1431,7 +1649,7 @@ mod tests {
         let huge = world(1, &configs);
         assert_eq!(
             baseline_value(&huge),
-            format!("{}.{}", huge.hex, huge.watched_hex)
+            format!("v2h;{}.{}", huge.hex, huge.watched_hex)
         );
         // More keys than tracked: the config is tracked whole.
         let wide = world(1, &[(ConfigMap, "app", true, Some(&many[..]))]);

@@ -119,16 +119,20 @@ impl Harness {
         let watch = watch(&entry.consumers, &entry.opt_in, self.options, configs);
         let hash = content_hash(&watch, |k, n| configs.data(k, n));
         let action = decide(&self.state, &hash, self.options);
-        let (word, patch) = match &action {
-            Action::None => return "none",
-            Action::RecordBaseline(p) => ("baseline", p),
-            Action::Rollout(p) => ("rollout", p),
+        match &action {
+            Action::None => "none",
+            Action::Remember(b) => {
+                self.state.remembered = Some(b.clone());
+                "baseline"
+            }
+            Action::Rollout(patch) => {
+                self.state.remembered = Some(patch.baseline.clone());
+                self.state.template_hash = patch.template_hash.clone();
+                self.state.last_reloaded_from = patch.last_reloaded_from.clone();
+                "rollout"
+            }
             other => panic!("unexpected action {other:?}"),
-        };
-        self.state.baseline = Some(patch.baseline.clone());
-        self.state.template_hash = patch.template_hash.clone();
-        self.state.last_reloaded_from = patch.last_reloaded_from.clone();
-        word
+        }
     }
 }
 

@@ -6,8 +6,12 @@
 //!   process or of one leadership term.
 //! - [`client`]: the client's timeouts as a layer, requests named for errors, waiting for the
 //!   API server.
+//! - [`configs`]: the one metadata-only watch of ConfigMaps and one of Secrets, shared by every
+//!   controller of the process.
 //! - [`informer`]: one fault-tolerant watch per kind, fanned out to every subscriber, with
 //!   re-lists diffed so nothing is lost.
+//! - [`queue`]: the one work queue of every controller: keyed, coalescing, debounced with a
+//!   leading edge and a deadline, rate-limited, bounded, started once its watches are in.
 //! - [`health`]: readiness and liveness as a tree of named parts.
 //! - [`lease`]: leader election on a Lease; only the leader's term writes, and its tasks end
 //!   with the term.
@@ -22,6 +26,7 @@
 pub mod admin;
 pub mod backoff;
 pub mod client;
+pub mod configs;
 mod error;
 pub mod events;
 pub mod health;
@@ -29,6 +34,7 @@ pub mod informer;
 pub mod lease;
 pub mod meta_store;
 pub mod metrics;
+pub mod queue;
 pub mod server;
 pub mod shutdown;
 pub mod sync;
@@ -45,11 +51,13 @@ use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 
+pub use configs::ConfigWatches;
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
+pub use queue::{Gate, Next, QueueConfig, QueueMetrics, Window, WorkQueue};
 pub use tasks::Tasks;
 
 /// `Result` with this crate's [`Error`].
@@ -105,6 +113,8 @@ struct Inner {
     parent_health: Option<Arc<Health>>,
     /// The shared metadata watch of Namespaces, started by its first user.
     namespaces: OnceLock<Informer<PartialObjectMeta<Namespace>>>,
+    /// The metrics of every work queue made through this runtime.
+    queue_metrics: Arc<QueueMetrics>,
 }
 
 impl Inner {
@@ -120,6 +130,7 @@ impl Inner {
             tasks: Owner(tasks),
             parent_health: None,
             namespaces: OnceLock::new(),
+            queue_metrics: self.queue_metrics.clone(),
         }
     }
 }
@@ -163,6 +174,7 @@ impl Runtime {
             tasks: Owner(Tasks::new()),
             parent_health: None,
             namespaces: OnceLock::new(),
+            queue_metrics: Arc::default(),
         })
     }
 
@@ -221,6 +233,21 @@ impl Runtime {
     /// The watch metrics (register them once).
     pub fn metrics(&self) -> &Arc<WatchMetrics> {
         &self.inner.metrics
+    }
+
+    /// The metrics of the work queues (register them once).
+    pub fn queue_metrics(&self) -> &Arc<QueueMetrics> {
+        &self.inner.queue_metrics
+    }
+
+    /// A work queue ([`queue`]) reporting to this runtime's queue metrics, started once `gate`
+    /// opens; run it on a task of this runtime.
+    pub fn queue<K, V>(&self, config: QueueConfig, gate: Gate) -> WorkQueue<K, V>
+    where
+        K: std::hash::Hash + Eq + Ord + Clone + Send + Sync + 'static,
+        V: queue::Payload,
+    {
+        WorkQueue::new(config, gate, self.inner.queue_metrics.clone())
     }
 
     /// The root of the health tree.
@@ -334,6 +361,33 @@ impl Runtime {
         informer
     }
 
+    /// Starts a shared watch of a kind found by discovery whose objects `trim` makes smaller
+    /// (see [`Runtime::informer_trimmed`]).
+    pub fn informer_trimmed_with<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        dyntype: K::DynamicType,
+        resource: &str,
+        health: &Health,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> Informer<K>
+    where
+        K: Watched + Resource,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let (informer, driver) = Informer::new(
+            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            dyntype,
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.spawn(driver);
+        informer
+    }
+
     /// Starts a shared watch of a kind found by discovery.
     pub fn informer_with<K>(
         &self,
@@ -347,16 +401,7 @@ impl Runtime {
         K: Watched + Resource,
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
-        let (informer, driver) = Informer::new(
-            watcher::watcher(api, self.inner.initial_list.apply(config)),
-            dyntype,
-            resource,
-            self.inner.metrics.clone(),
-            health,
-            self.inner.stall_after,
-        );
-        self.spawn(driver);
-        informer
+        self.informer_trimmed_with(api, config, dyntype, resource, health, |_| {})
     }
 }
 

@@ -315,6 +315,14 @@ impl<X> MetaStore<X> {
         read(&self.inner.state).1
     }
 
+    /// How many objects `namespace` holds.
+    pub fn len_in(&self, namespace: &str) -> usize {
+        read(&self.inner.state)
+            .0
+            .get(namespace)
+            .map_or(0, |m| m.len())
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -78,6 +78,27 @@ impl ConfigKind {
     }
 }
 
+#[cfg(feature = "configs")]
+impl From<ConfigKind> for conflux_runtime::configs::Kind {
+    fn from(kind: ConfigKind) -> Self {
+        match kind {
+            ConfigKind::ConfigMap => conflux_runtime::configs::Kind::ConfigMap,
+            ConfigKind::Secret => conflux_runtime::configs::Kind::Secret,
+        }
+    }
+}
+
+#[cfg(feature = "configs")]
+impl From<conflux_runtime::configs::Kind> for ConfigKind {
+    fn from(kind: conflux_runtime::configs::Kind) -> Self {
+        match kind {
+            conflux_runtime::configs::Kind::Secret => ConfigKind::Secret,
+            // The runtime's kind is non-exhaustive; it has no other kind today.
+            _ => ConfigKind::ConfigMap,
+        }
+    }
+}
+
 impl fmt::Display for ConfigKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually, label_namespace};
 use copy_core::ConfigSync;
@@ -20,7 +21,6 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::runtime::ConfigWatches;
 use watch_index::selector::Selector;
 
 /// The label that shards objects between operators, as Flux does; each test has its own value.

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, eventually};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -20,13 +21,13 @@ use reloader::runtime::{
 };
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
-use watch_index::runtime::ConfigWatches;
 
 /// Field manager of the tests' own writes.
 pub const TEST_MANAGER: &str = "conflux-test";
 /// Pod-template annotation conflux sets to roll a workload.
 pub const HASH: &str = "conflux.dev/config-hash";
-/// Workload annotation holding conflux's baseline.
+/// Workload annotation holding conflux's baseline: written by older versions on every workload,
+/// now only on a re-created Job and a restarted Argo Rollout.
 pub const BASELINE: &str = "conflux.dev/config-hash-baseline";
 /// Reloader's pod-template annotation naming the config behind the last rollout.
 pub const LAST_RELOADED_FROM: &str = "reloader.stakater.com/last-reloaded-from";
@@ -65,17 +66,10 @@ impl Running {
 
     /// Every evaluation so far.
     pub fn evaluations(&self) -> u64 {
-        [
-            "none",
-            "baseline",
-            "rollout",
-            "held",
-            "throttled",
-            "deferred",
-        ]
-        .into_iter()
-        .map(|a| self.decisions(a))
-        .sum()
+        ["none", "remember", "rollout", "held", "throttled"]
+            .into_iter()
+            .map(|a| self.decisions(a))
+            .sum()
     }
 
     /// Waits until more than `before` evaluations happened (a barrier for "did not roll").
@@ -116,9 +110,13 @@ pub async fn start_with(cluster: &Cluster, config: ReloadConfig) -> Running {
 }
 
 /// Starts the controller with `client` (e.g. a user with few permissions) and waits until it is
-/// ready.
-pub async fn start_as(client: Client, config: ReloadConfig) -> Running {
+/// ready. Without a records namespace, the test's namespace keeps its memory (as
+/// `--runtime-namespace` does for `conflux run`).
+pub async fn start_as(client: Client, mut config: ReloadConfig) -> Running {
     conflux_tests::leak::capture_logs();
+    if config.records_namespace.is_none() {
+        config.records_namespace = config.namespace.clone();
+    }
     let metrics = Arc::new(ReloadMetrics::default());
     let runtime = Runtime::new(client.clone());
     let configs = ConfigWatches::start(&runtime, config.namespace.as_deref());
@@ -247,15 +245,23 @@ pub async fn template_hash(client: &Client, ns: &str, name: &str) -> Option<Stri
 
 /// The baseline annotation conflux recorded, if any.
 pub async fn baseline(client: &Client, ns: &str, name: &str) -> Option<String> {
-    get_deployment(client, ns, name)
-        .await
-        .metadata
-        .annotations?
-        .get(BASELINE)
-        .cloned()
+    remembered(client, ns, "apps", "Deployment", ns, name).await
 }
 
-/// Waits until conflux recorded a baseline on the Deployment.
+/// The baseline the reload controller remembers of the workload `kind` `ns`/`name`, from its
+/// memory Secrets in `records_ns` (written a moment after it changes).
+pub async fn remembered(
+    client: &Client,
+    records_ns: &str,
+    _group: &str,
+    kind: &str,
+    ns: &str,
+    name: &str,
+) -> Option<String> {
+    conflux_tests::remembered_baseline(client, records_ns, kind, ns, name).await
+}
+
+/// Waits until conflux remembers a baseline of the Deployment.
 pub async fn wait_baseline(client: &Client, ns: &str, name: &str) -> String {
     eventually(
         &format!("baseline on {name}"),

@@ -22,7 +22,9 @@ use std::fmt::Debug;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::{KeyedBackoff, Policy};
+use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
@@ -35,8 +37,6 @@ use kube::{Client, ResourceExt};
 use tracing::{debug, info};
 use watch_index::index::ReverseIndex;
 use watch_index::refs::{ObjectRef, ReferenceSet};
-use watch_index::runtime::ConfigWatches;
-use watch_index::runtime::configs::ConfigResource;
 use watch_index::selector::Selector;
 
 use super::executor::{
@@ -194,7 +194,7 @@ async fn run_kind<K: ConfigResource>(
     ctx: Arc<Context>,
     health: Arc<Health>,
 ) {
-    let kind = SourceKind::from(K::KIND);
+    let kind = SourceKind::from(watch_index::refs::ConfigKind::from(K::KIND));
     let informer = configs.informer::<K>();
     let target_ctx = ctx.clone();
     // Only the copy targets (objects with a pull annotation) are kept for the controller; the

@@ -8,7 +8,7 @@
 //! - [`protect_policy`]: the same protection as a ValidatingAdmissionPolicy the API server
 //!   enforces (`--protect-mode=admission-policy`).
 //!
-//! Both controllers take the process's [`ConfigWatches`](watch_index::runtime::ConfigWatches):
+//! Both controllers take the process's [`ConfigWatches`](conflux_runtime::ConfigWatches):
 //! no watch of their own on ConfigMaps or Secrets.
 
 pub mod copy;

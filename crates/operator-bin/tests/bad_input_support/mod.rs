@@ -29,6 +29,11 @@ pub fn trusted_namespace() -> String {
     format!("bad-trusted-{}", std::process::id())
 }
 
+/// conflux's own namespace (`--runtime-namespace`): where the reload controller keeps its memory.
+pub fn runtime_namespace() -> String {
+    format!("bad-runtime-{}", std::process::id())
+}
+
 /// The shared conflux process.
 pub struct Shared {
     pub log: PathBuf,
@@ -57,6 +62,7 @@ pub fn conflux() -> &'static Shared {
                 "--log-level=debug",
                 "--reload-debounce=300ms",
                 &format!("--sync-source-namespaces={}", trusted_namespace()),
+                &format!("--runtime-namespace={}", runtime_namespace()),
                 &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
                 &format!("--health-addr=127.0.0.1:{health_port}"),
             ])
@@ -107,13 +113,14 @@ impl Case {
             &conflux_tests::objects::kustomization_crd(),
         )
         .await;
-        let trusted = trusted_namespace();
-        conflux_tests::objects::apply(
-            &client,
-            MANAGER,
-            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": trusted}}),
-        )
-        .await;
+        for name in [trusted_namespace(), runtime_namespace()] {
+            conflux_tests::objects::apply(
+                &client,
+                MANAGER,
+                &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+            )
+            .await;
+        }
         let conflux = tokio::task::spawn_blocking(conflux)
             .await
             .expect("conflux started");
@@ -224,6 +231,17 @@ impl Case {
             check(&obj).then_some(obj)
         })
         .await
+    }
+
+    /// Waits until the reload controller remembers a baseline of the workload `kind` `ns`/`name`
+    /// (its memory Secrets in the runtime namespace, written a moment after it changes), or
+    /// panics naming `what`.
+    pub async fn wait_remembered(&self, what: &str, (kind, ns, name): (&str, &str, &str)) {
+        let records = runtime_namespace();
+        eventually(what, Duration::from_secs(90), || async {
+            conflux_tests::remembered_baseline(&self.client, &records, kind, ns, name).await
+        })
+        .await;
     }
 
     /// The Events about object `kind`/`name` in namespace `events_ns` with `reason`.

@@ -78,6 +78,12 @@ pub struct Conflux {
     log: PathBuf,
 }
 
+/// conflux's own namespace (`RUNTIME_NAMESPACE`) unless a test gives another: where the reload
+/// controller keeps its memory, as an installed conflux does. [`World::setup`] creates it.
+pub fn runtime_namespace() -> String {
+    format!("fault-conflux-{}", std::process::id())
+}
+
 impl Conflux {
     /// Starts conflux against `kubeconfig`; its log goes to `target/fault-logs/<name>.log`.
     pub fn start(kubeconfig: &Path, name: &str) -> Self {
@@ -108,6 +114,7 @@ impl Conflux {
                 &format!("--health-addr=127.0.0.1:{health_port}"),
             ])
             .args(extra_args)
+            .env("RUNTIME_NAMESPACE", runtime_namespace())
             .envs(env.iter().copied())
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::null())
@@ -238,6 +245,7 @@ impl World {
         let id = format!("{prefix}-{}", std::process::id());
         let src = format!("{id}-src");
         namespace(client, &src, &[]).await;
+        namespace(client, &runtime_namespace(), &[]).await;
         let mut targets = Vec::new();
         for i in 0..fan_out {
             let ns = format!("{id}-t{i}");
@@ -342,9 +350,9 @@ impl World {
         .await;
     }
 
-    /// Waits until conflux has recorded the baselines: the Deployment's (first sight never
-    /// rolls, so a change made before that would not roll either) and the Kustomization's digest
-    /// of its configs (likewise for reconcile requests).
+    /// Waits until conflux has recorded the baselines: the Deployment's, remembered (first sight
+    /// never rolls, so a change made before that would not roll either), and the Kustomization's
+    /// digest of its configs (likewise for reconcile requests).
     pub async fn wait_baselines(&self) {
         eventually(
             "Kustomization digest recorded",
@@ -364,19 +372,25 @@ impl World {
             },
         )
         .await;
-        let deployments: Api<Deployment> = Api::namespaced(self.client.clone(), &self.src);
+        // In conflux's namespace: the default one, or the sources' (leader election tests).
         eventually(
-            "Deployment baseline recorded",
+            "Deployment baseline remembered",
             Duration::from_secs(60),
-            || {
-                let deployments = deployments.clone();
-                async move {
-                    let d = deployments.get("web").await.ok()?;
-                    d.metadata
-                        .annotations?
-                        .contains_key("conflux.dev/config-hash-baseline")
-                        .then_some(())
+            || async {
+                for records in [runtime_namespace(), self.src.clone()] {
+                    let found = conflux_tests::remembered_baseline(
+                        &self.client,
+                        &records,
+                        "Deployment",
+                        &self.src,
+                        "web",
+                    )
+                    .await;
+                    if found.is_some() {
+                        return Some(());
+                    }
                 }
+                None
             },
         )
         .await;

@@ -37,11 +37,17 @@ pub struct Conflux {
 
 static CONFLUX: OnceLock<Conflux> = OnceLock::new();
 
+/// conflux's own namespace (`--runtime-namespace`): where the reload controller keeps its memory.
+pub const RUNTIME_NAMESPACE: &str = "conflux-system";
+
 /// The cluster with Flux, with conflux's ConfigSync CRD installed.
 pub async fn setup() -> (&'static Cluster, Client) {
     let cluster = flux_cluster();
     let client = cluster.client().await;
     objects::install_crd(&client, MANAGER, &objects::config_sync_crd()).await;
+    let runtime = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                                     "metadata": {"name": RUNTIME_NAMESPACE}});
+    objects::apply(&client, MANAGER, &runtime).await;
     conflux();
     (cluster, client)
 }
@@ -62,6 +68,7 @@ pub fn conflux() -> &'static Conflux {
                 "--controllers=copy,sync,reload,flux-trigger",
                 "--log-encoding=json",
                 "--log-level=debug",
+                &format!("--runtime-namespace={RUNTIME_NAMESPACE}"),
                 &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
                 &format!("--health-addr=127.0.0.1:{health_port}"),
             ])

@@ -1,7 +1,27 @@
 //! Which workload kinds (and, with the CSI integration, which secrets-store kinds) the API
 //! server serves.
 
-use super::*;
+use std::collections::HashMap;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::Client;
+use kube::api::{Api, ApiResource};
+use kube::discovery::{Discovery, Scope};
+use tracing::{debug, info, warn};
+
+use super::ReloadConfig;
+use crate::{Error, Result, WorkloadKind};
+
+/// The API resources the controller found served at start-up.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Served {
+    /// Workload kinds.
+    pub(super) workloads: HashMap<WorkloadKind, ApiResource>,
+    /// `SecretProviderClassPodStatus` and `SecretProviderClass` (CSI integration).
+    pub(super) providers: Option<(ApiResource, ApiResource)>,
+}
 
 /// The kinds this API server serves, with the version to use (CronJob is `batch/v1` from
 /// Kubernetes 1.21, `batch/v1beta1` before). Rollouts are looked for only with
@@ -113,9 +133,6 @@ pub(super) async fn discover(client: &Client, config: &ReloadConfig) -> Result<S
 /// server answers a SelfSubjectAccessReview (which every authenticated user may ask). When the
 /// question itself fails, the answer is yes: the watch then says what is wrong.
 async fn may_list_and_watch(client: &Client, ar: &ApiResource, namespace: Option<&str>) -> bool {
-    use k8s_openapi::api::authorization::v1::{
-        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-    };
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     for verb in ["list", "watch"] {
         let review = SelfSubjectAccessReview {

@@ -21,31 +21,26 @@
 //! the replacement lives in memory only, and a crash in that window leaves the Job to be
 //! re-applied (Flux does on its next reconcile).
 
-use super::*;
-use crate::job::{RECORD_LABEL, Record};
-use k8s_openapi::api::batch::v1::Job;
-use kube::api::{DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy};
+use std::sync::Arc;
+use std::time::Duration;
 
-/// A Job being re-created.
-#[derive(Debug, Clone)]
-pub(super) struct Recreation {
-    /// The uid of the Job being replaced.
-    old_uid: String,
-    /// The Job to create.
-    replacement: Job,
-    /// What the rollout answers (for its Event).
-    why: String,
-    /// Whether conflux has sent the delete (from then on, a missing Job is ours to create).
-    delete_sent: bool,
-    /// Whether the [`Record`] is written (or no records namespace is configured).
-    recorded: bool,
-    /// Whether the re-creation is over and only its record remains to be deleted.
-    finished: bool,
-    /// Failed or waiting attempts so far.
-    attempts: u32,
-    /// When to try again.
-    pub(super) due: Instant,
-}
+use conflux_runtime::backoff::Policy;
+use conflux_runtime::events::publish;
+use conflux_runtime::queue::Next;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy};
+use kube::runtime::events::EventType;
+use tracing::{debug, info, warn};
+use watch_index::refs::ObjectRef;
+
+use super::cache::Recreation;
+use super::context::{Context, reference_to};
+use super::metrics::RolloutLabels;
+use super::work::Work;
+use crate::job::{RECORD_LABEL, Record};
+use crate::patch::{FIELD_MANAGER, WorkloadPatch};
+use crate::{Result, WorkloadKind};
 
 /// How one attempt ended.
 enum Outcome {
@@ -95,21 +90,21 @@ pub(super) async fn start_recreation(
         recorded: ctx.config.records_namespace.is_none(),
         finished: false,
         attempts: 0,
-        due: Instant::now(),
     };
     ctx.state().recreations.insert(object.clone(), recreation);
-    attempt(ctx, object).await;
+    ctx.later(Work::Recreate(object.clone()), Duration::ZERO);
     Ok(())
 }
 
 /// One attempt at the kept re-creation of `object`, and what follows from it: the `Reloaded`
 /// Event on the new Job, or a report and a retry with backoff.
-pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
+pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) -> Next {
     let result = drive(ctx, object).await;
     let key = format!("{object} re-create");
     match result {
         Ok(Outcome::Created(job)) => {
-            let why = lock(&ctx.state)
+            let why = ctx
+                .state()
                 .recreations
                 .get(object)
                 .map(|r| r.why.clone())
@@ -128,23 +123,25 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
                 "Reload",
             )
             .await;
-            finish(ctx, object).await;
+            finish(ctx, object).await
         }
         Ok(Outcome::Settled(what)) => {
             ctx.problems.resolve(&key);
             info!(workload = %object, "reload: Job not re-created: {what}");
-            finish(ctx, object).await;
+            finish(ctx, object).await
         }
         Ok(Outcome::Forgotten) => {
             ctx.state().recreations.remove(object);
             ctx.problems.resolve(&key);
+            Next::Done
         }
         Ok(Outcome::Waiting) => {
             let delay = retry_later(ctx, object);
             debug!(workload = %object, retry_in_seconds = delay.as_secs_f64(), "reload: old Job still being deleted; creating its replacement later");
+            Next::After(delay)
         }
         Err(err) => {
-            retry_later(ctx, object);
+            let delay = retry_later(ctx, object);
             count_rollout(ctx, "error");
             let reference = job_reference(object, None);
             ctx.problems
@@ -158,6 +155,7 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
                     "reload: Job re-creation failed, will retry",
                 )
                 .await;
+            Next::After(delay)
         }
     }
 }
@@ -165,11 +163,11 @@ pub(super) async fn attempt(ctx: &Context, object: &ObjectRef) {
 /// Ends the re-creation of `object`: deletes its record, then forgets it. A record that cannot be
 /// deleted yet is retried with backoff (a stale record would re-create the Job after a restart
 /// should it be deleted meanwhile).
-async fn finish(ctx: &Context, object: &ObjectRef) {
+async fn finish(ctx: &Context, object: &ObjectRef) -> Next {
     let recorded_uid = {
         let mut state = ctx.state();
         let Some(r) = state.recreations.get_mut(object) else {
-            return;
+            return Next::Done;
         };
         r.finished = true;
         r.recorded.then(|| r.old_uid.clone())
@@ -181,10 +179,12 @@ async fn finish(ctx: &Context, object: &ObjectRef) {
     match result {
         Ok(()) => {
             ctx.state().recreations.remove(object);
+            Next::Done
         }
         Err(err) => {
             let delay = retry_later(ctx, object);
             warn!(workload = %object, reason = err.reason(), error = %err, retry_in_seconds = delay.as_secs_f64(), "reload: the Job's re-creation record could not be deleted; retrying");
+            Next::After(delay)
         }
     }
 }
@@ -267,7 +267,6 @@ pub(super) async fn recover(ctx: Arc<Context>) {
             }
         }
     };
-    let mut taken = 0usize;
     for secret in list.items {
         let record = match Record::from_secret(&secret) {
             Ok(record) => record,
@@ -319,18 +318,23 @@ pub(super) async fn recover(ctx: Arc<Context>) {
             recorded: true,
             finished: false,
             attempts: 0,
-            due: Instant::now(),
         };
-        let mut state = ctx.state();
-        // A decision made since the start (the old Job still existed) has its own, newer one.
-        if let std::collections::hash_map::Entry::Vacant(entry) = state.recreations.entry(object) {
-            info!(workload = %entry.key(), "reload: taking up a recorded Job re-creation");
-            entry.insert(recreation);
-            taken += 1;
+        let taken = {
+            let mut state = ctx.state();
+            // A decision made since the start (the old Job still existed) has its own, newer
+            // one.
+            match state.recreations.entry(object.clone()) {
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    info!(workload = %entry.key(), "reload: taking up a recorded Job re-creation");
+                    entry.insert(recreation);
+                    true
+                }
+                std::collections::hash_map::Entry::Occupied(_) => false,
+            }
+        };
+        if taken {
+            ctx.later(Work::Recreate(object), Duration::ZERO);
         }
-    }
-    if taken > 0 {
-        ctx.wake.notify_one();
     }
 }
 
@@ -349,33 +353,14 @@ fn count_rollout(ctx: &Context, result: &str) {
         .inc();
 }
 
-/// Schedules the next attempt with backoff; returns the delay.
+/// The delay before the next attempt, with backoff.
 fn retry_later(ctx: &Context, object: &ObjectRef) -> Duration {
     let mut state = ctx.state();
     let Some(r) = state.recreations.get_mut(object) else {
         return Duration::ZERO;
     };
     r.attempts = r.attempts.saturating_add(1);
-    let delay = Policy::ROLLOUT.delay(r.attempts);
-    r.due = Instant::now() + delay;
-    drop(state);
-    ctx.wake.notify_one();
-    delay
-}
-
-/// The re-creations due at `now`.
-pub(super) fn due_recreations(state: &State, now: Instant) -> Vec<ObjectRef> {
-    state
-        .recreations
-        .iter()
-        .filter(|(_, r)| r.due <= now)
-        .map(|(o, _)| o.clone())
-        .collect()
-}
-
-/// When the next re-creation is due.
-pub(super) fn next_recreation(state: &State) -> Option<Instant> {
-    state.recreations.values().map(|r| r.due).min()
+    Policy::ROLLOUT.delay(r.attempts)
 }
 
 async fn drive(ctx: &Context, object: &ObjectRef) -> Result<Outcome> {

@@ -2,15 +2,33 @@
 //! config watches schedule the workloads that consume a changed ConfigMap or Secret; with the CSI
 //! integration, the SecretProviderClassPodStatus and SecretProviderClass watches keep the
 //! provider store current and schedule the workloads that mount a class whose content changed.
+//! Each watch opens its part of the queue's start gate once its initial state is in.
 
-use super::*;
+use std::sync::Arc;
+
+use conflux_runtime::client::object_id;
+use conflux_runtime::configs::ConfigResource;
+use conflux_runtime::queue::Opening;
+use conflux_runtime::{Change, Subscription};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
+use tracing::{debug, warn};
+use watch_index::refs::{ConfigKind, ObjectRef};
+
+use super::act::schedule_resume;
+use super::cache::{Owned, State};
+use super::context::{Context, reference, reference_to};
+use super::memory;
+use crate::source::SourceKind;
+use crate::{Error, WorkloadKind};
 
 /// Keeps the index and the workload cache in step with one workload kind.
-pub(super) async fn watch_workloads(
+pub(super) async fn workloads(
     ctx: Arc<Context>,
     kind: WorkloadKind,
-    mut sub: conflux_runtime::Subscription<DynamicObject>,
-    listed: Arc<tokio::sync::Semaphore>,
+    mut sub: Subscription<DynamicObject>,
+    mut listed: Opening,
 ) {
     while let Some(change) = sub.recv().await {
         match change {
@@ -26,7 +44,7 @@ pub(super) async fn watch_workloads(
                 );
                 forget_workload(&ctx, &object);
             }
-            Change::InitDone => listed.add_permits(1),
+            Change::InitDone => listed.open(),
             _ => {}
         }
     }
@@ -48,7 +66,7 @@ pub(super) async fn on_workload(
         }
     };
     let object = owned.workload().object_ref()?;
-    let problems: Vec<(&'static str, String)> = {
+    let (problems, evaluate) = {
         let mut state = ctx.state();
         // Our own patch's response may already be cached; a watch event from before it must not
         // bring back the state it replaced (that would roll a second time).
@@ -69,7 +87,7 @@ pub(super) async fn on_workload(
         }
         let indexed = state.index.apply(owned.workload());
         let problems = if indexed {
-            let settings = Context::settings(&owned);
+            let settings = owned.settings();
             let mut problems: Vec<(&'static str, String)> = state
                 .index
                 .get(&object)
@@ -103,13 +121,10 @@ pub(super) async fn on_workload(
                 problems.push((err.reason(), err.to_string()));
             }
             state.workloads.insert(object.clone(), owned.clone());
-            let now = Instant::now();
-            state.pending.schedule(object.clone(), now, now, None);
-            schedule_resume(&mut state, &object, &owned, &settings);
+            schedule_resume(ctx, &object, &owned, &settings);
             problems
         } else {
             state.workloads.remove(&object);
-            state.pending.remove(&object);
             // Not opted in; perhaps because an annotation meant to opt in is malformed.
             crate::opt_in::OptIn::of(owned.workload())
                 .problems()
@@ -118,9 +133,14 @@ pub(super) async fn on_workload(
                 .collect()
         };
         ctx.update_gauges(&state);
-        problems
+        (problems, indexed)
     };
-    ctx.wake.notify_one();
+    if evaluate {
+        ctx.evaluate_now(object.clone());
+    } else {
+        ctx.forget(&object);
+        memory::forget(ctx, &object);
+    }
     // Looked at when the annotations change, reported once per distinct problem.
     let key = format!("{object} annotations");
     match problems.first() {
@@ -147,42 +167,16 @@ pub(super) async fn on_workload(
     Some(object)
 }
 
-/// A Deployment conflux paused (`paused-at` and `spec.paused`): when to resume it.
-pub(super) fn schedule_resume(
-    state: &mut State,
-    object: &ObjectRef,
-    owned: &Owned,
-    settings: &WorkloadSettings,
-) {
-    let Owned::Deployment(d) = owned else {
-        return;
-    };
-    let (paused, paused_at) = pause_state(d);
-    let now = unix_now();
-    let due = match settings.pause(now, paused, paused_at) {
-        Pause::ResumeAt(at) => {
-            let wait = u64::try_from(at.saturating_sub(now)).unwrap_or_default();
-            Instant::now() + Duration::from_secs(wait)
-        }
-        Pause::ResumeNow => Instant::now(),
-        _ => {
-            state.resumes.remove(object);
-            return;
-        }
-    };
-    state.resumes.insert(object.clone(), due);
-}
-
 /// Follows Namespaces (`--namespace-selector`): a namespace whose labels now select it gets its
-/// workloads evaluated (their baselines recorded, changes made meanwhile rolled).
-pub(super) async fn watch_namespaces(
+/// workloads evaluated (their baselines remembered, changes made meanwhile rolled).
+pub(super) async fn namespaces(
     ctx: Arc<Context>,
-    mut sub: conflux_runtime::Subscription<PartialObjectMeta<Namespace>>,
-    listed: Arc<tokio::sync::Semaphore>,
+    mut sub: Subscription<PartialObjectMeta<Namespace>>,
+    mut listed: Opening,
 ) {
     while let Some((change, previous)) = sub.recv_with_previous().await {
         match change {
-            Change::InitDone => listed.add_permits(1),
+            Change::InitDone => listed.open(),
             Change::Applied(ns) => {
                 let name = ns.name_any();
                 let was = previous.is_some_and(|p| {
@@ -193,9 +187,8 @@ pub(super) async fn watch_namespaces(
                 if was || !ctx.serves(&name) {
                     continue;
                 }
-                let mut state = ctx.state();
-                let now = Instant::now();
-                let workloads: Vec<ObjectRef> = state
+                let workloads: Vec<ObjectRef> = ctx
+                    .state()
                     .workloads
                     .keys()
                     .filter(|o| *o.namespace == *name)
@@ -203,42 +196,41 @@ pub(super) async fn watch_namespaces(
                     .collect();
                 debug!(namespace = %name, workloads = workloads.len(), "reload: namespace now selected");
                 for object in workloads {
-                    state.pending.schedule(object, now, now, None);
+                    ctx.evaluate_now(object);
                 }
-                ctx.update_gauges(&state);
-                drop(state);
-                ctx.wake.notify_one();
             }
             _ => {}
         }
     }
 }
 
+/// Forgets a deleted workload: its cache entry, index entry, memory and pending work.
 pub(super) fn forget_workload(ctx: &Context, object: &ObjectRef) {
-    let mut state = ctx.state();
-    state.resumes.remove(object);
-    state.index.delete(object);
-    state.workloads.remove(object);
-    state.pending.remove(object);
-    state.failures.remove(object);
-    state.held.remove(object);
-    ctx.update_gauges(&state);
+    {
+        let mut state: std::sync::MutexGuard<'_, State> = ctx.state();
+        state.index.delete(object);
+        state.workloads.remove(object);
+        state.held.remove(object);
+        ctx.update_gauges(&state);
+    }
+    ctx.forget(object);
+    memory::forget(ctx, object);
 }
 
 /// Follows one of ConfigMaps/Secrets (the shared metadata watch) and schedules the workloads
 /// that read them. The initial state is the baseline: workloads are evaluated on their own first
 /// sight. Later changes (re-lists included) schedule evaluations. The previous version of each
 /// object comes with its change (the controller keeps no copy of the configs).
-pub(super) async fn watch_configs<K: ConfigResource>(
+pub(super) async fn configs<K: ConfigResource>(
     ctx: Arc<Context>,
-    mut sub: conflux_runtime::Subscription<PartialObjectMeta<K>>,
-    listed: Arc<tokio::sync::Semaphore>,
+    mut sub: Subscription<PartialObjectMeta<K>>,
+    mut listed: Opening,
 ) {
-    let kind = K::KIND;
+    let kind = ConfigKind::from(K::KIND);
     while let Some((change, previous)) = sub.recv_with_previous().await {
         match change {
             Change::Initial(_) => {}
-            Change::InitDone => listed.add_permits(1),
+            Change::InitDone => listed.open(),
             Change::Applied(meta) => {
                 let unchanged = previous
                     .is_some_and(|p| p.metadata.resource_version == meta.metadata.resource_version);
@@ -253,14 +245,14 @@ pub(super) async fn watch_configs<K: ConfigResource>(
 }
 
 /// A config was created, updated or deleted (`meta`: its latest metadata, the last known on
-/// delete): schedule its workloads after the window.
+/// delete): schedule its workloads, debounced.
 pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::ObjectMeta) {
     let (namespace, name) = object_id(meta);
     if !ctx.serves(&namespace) {
         return;
     }
-    let mut state = ctx.state();
-    let hits: Vec<ObjectRef> = state
+    let hits: Vec<ObjectRef> = ctx
+        .state()
         .index
         .lookup(kind, &namespace, &name, meta.annotations.as_ref())
         .into_iter()
@@ -270,68 +262,40 @@ pub(super) fn on_config(ctx: &Context, kind: ConfigKind, meta: &kube::api::Objec
         return;
     }
     debug!(%kind, %namespace, %name, workloads = hits.len(), "reload: config changed");
-    schedule_after_window(ctx, &mut state, hits, (kind.into(), name));
-    ctx.update_gauges(&state);
-    drop(state);
-    ctx.wake.notify_one();
+    ctx.evaluate_changed(hits, (kind.into(), &name));
 }
 
-/// Schedules, after their coalescing window, the workloads that mount (or name) the
-/// SecretProviderClass `class` of `namespace`, whose content or annotations changed.
-fn schedule_provider_consumers(ctx: &Context, state: &mut State, namespace: &str, class: &str) {
+/// The workloads that mount (or name) the SecretProviderClass `class` of `namespace`.
+fn provider_consumers(
+    ctx: &Context,
+    state: &State,
+    namespace: &str,
+    class: &str,
+) -> Vec<ObjectRef> {
     if !ctx.serves(namespace) {
-        return;
+        return Vec::new();
     }
     let annotations = state.providers.class_annotations(namespace, class).cloned();
-    let hits: Vec<ObjectRef> = state
+    state
         .index
         .lookup_provider(namespace, class, annotations.as_ref())
         .into_iter()
         .map(|hit| hit.workload.clone())
-        .collect();
-    if hits.is_empty() {
-        return;
-    }
-    debug!(%namespace, secret_provider_class = %class, workloads = hits.len(), "reload: SecretProviderClass changed");
-    let cause = (SourceKind::SecretProviderClass, class.to_owned());
-    schedule_after_window(ctx, state, hits, cause);
-}
-
-/// Schedules `hits` for evaluation after their coalescing window, for `cause`.
-fn schedule_after_window(
-    ctx: &Context,
-    state: &mut State,
-    hits: Vec<ObjectRef>,
-    cause: (SourceKind, String),
-) {
-    let now = Instant::now();
-    for object in hits {
-        // The workload's own window (`conflux.dev/reload-debounce`), else the flag's.
-        let debounce = state
-            .workloads
-            .get(&object)
-            .and_then(|w| Context::settings(w).debounce)
-            .unwrap_or(ctx.config.debounce);
-        let due = now + debounce;
-        let deadline = now + ctx.config.debounce_max.max(debounce);
-        state
-            .pending
-            .schedule(object, due, deadline, Some(cause.clone()));
-    }
+        .collect()
 }
 
 /// A change of a dynamic watch as (object, deleted, part of the initial list); `None` for the
-/// end of the initial list, which releases one `listed` permit.
+/// end of the initial list, which opens `listed`.
 fn split(
     change: Change<DynamicObject>,
-    listed: &tokio::sync::Semaphore,
+    listed: &mut Opening,
 ) -> Option<(Arc<DynamicObject>, bool, bool)> {
     match change {
         Change::Initial(obj) => Some((obj, false, true)),
         Change::Applied(obj) => Some((obj, false, false)),
         Change::Deleted(obj) => Some((obj, true, false)),
         Change::InitDone => {
-            listed.add_permits(1);
+            listed.open();
             None
         }
         _ => None,
@@ -342,14 +306,14 @@ fn split(
 /// pod mounted. The initial list fills the store (the baseline: workloads are evaluated on their
 /// own first sight); later writes that change a class's content schedule its workloads. A status
 /// conflux cannot read is reported once (a Warning Event on it) and does not count.
-pub(super) async fn watch_provider_statuses(
+pub(super) async fn provider_statuses(
     ctx: Arc<Context>,
-    mut sub: conflux_runtime::Subscription<DynamicObject>,
+    mut sub: Subscription<DynamicObject>,
     ar: ApiResource,
-    listed: Arc<tokio::sync::Semaphore>,
+    mut listed: Opening,
 ) {
     while let Some(change) = sub.recv().await {
-        let Some((obj, deleted, initial)) = split(change, &listed) else {
+        let Some((obj, deleted, initial)) = split(change, &mut listed) else {
             continue;
         };
         let namespace = obj.namespace().unwrap_or_default();
@@ -390,60 +354,71 @@ pub(super) async fn watch_provider_statuses(
             ctx.problems.resolve(&key);
         }
         let rv = obj.metadata.resource_version.clone();
-        let mut state = ctx.state();
-        let changed = state.providers.changed_by(&namespace, |store| {
-            store.apply_status(&namespace, &name, rv.as_deref(), mount)
-        });
-        if initial || changed.is_empty() {
-            continue;
+        let hits: Vec<(String, Vec<ObjectRef>)> = {
+            let mut state = ctx.state();
+            let changed = state.providers.changed_by(&namespace, |store| {
+                store.apply_status(&namespace, &name, rv.as_deref(), mount)
+            });
+            if initial {
+                continue;
+            }
+            changed
+                .into_iter()
+                .map(|class| {
+                    let hits = provider_consumers(&ctx, &state, &namespace, &class);
+                    (class, hits)
+                })
+                .collect()
+        };
+        for (class, objects) in hits {
+            if !objects.is_empty() {
+                debug!(%namespace, secret_provider_class = %class, workloads = objects.len(), "reload: SecretProviderClass changed");
+                ctx.evaluate_changed(objects, (SourceKind::SecretProviderClass, &class));
+            }
         }
-        for class in &changed {
-            schedule_provider_consumers(&ctx, &mut state, &namespace, class);
-        }
-        ctx.update_gauges(&state);
-        drop(state);
-        ctx.wake.notify_one();
     }
 }
 
 /// Follows SecretProviderClasses: their annotations (`ignore`, `match`) decide what is watched,
 /// and their names what a `reload` regex matches. A change schedules the workloads that mount or
 /// name the class (a membership change moves their baselines).
-pub(super) async fn watch_provider_classes(
+pub(super) async fn provider_classes(
     ctx: Arc<Context>,
-    mut sub: conflux_runtime::Subscription<DynamicObject>,
-    listed: Arc<tokio::sync::Semaphore>,
+    mut sub: Subscription<DynamicObject>,
+    mut listed: Opening,
 ) {
     while let Some((change, previous)) = sub.recv_with_previous().await {
-        let Some((obj, deleted, initial)) = split(change, &listed) else {
+        let Some((obj, deleted, initial)) = split(change, &mut listed) else {
             continue;
         };
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
-        let mut state = ctx.state();
-        let before = state
-            .providers
-            .class_annotations(&namespace, &name)
-            .cloned();
-        if deleted {
-            state.providers.delete_class(&namespace, &name);
-        } else {
-            let annotations = obj.metadata.annotations.clone().unwrap_or_default();
-            state.providers.apply_class(&namespace, &name, annotations);
+        let hits = {
+            let mut state = ctx.state();
+            let before = state
+                .providers
+                .class_annotations(&namespace, &name)
+                .cloned();
+            if deleted {
+                state.providers.delete_class(&namespace, &name);
+            } else {
+                let annotations = obj.metadata.annotations.clone().unwrap_or_default();
+                state.providers.apply_class(&namespace, &name, annotations);
+            }
+            let unchanged = !deleted
+                && previous.is_some()
+                && before
+                    == state
+                        .providers
+                        .class_annotations(&namespace, &name)
+                        .cloned();
+            if initial || unchanged {
+                continue;
+            }
+            provider_consumers(&ctx, &state, &namespace, &name)
+        };
+        if !hits.is_empty() {
+            ctx.evaluate_changed(hits, (SourceKind::SecretProviderClass, &name));
         }
-        let unchanged = !deleted
-            && previous.is_some()
-            && before
-                == state
-                    .providers
-                    .class_annotations(&namespace, &name)
-                    .cloned();
-        if initial || unchanged {
-            continue;
-        }
-        schedule_provider_consumers(&ctx, &mut state, &namespace, &name);
-        ctx.update_gauges(&state);
-        drop(state);
-        ctx.wake.notify_one();
     }
 }

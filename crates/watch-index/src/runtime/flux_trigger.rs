@@ -25,13 +25,14 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 use tracing::{debug, info, warn};
 
+use super::sharded;
 use super::trigger::{ConfigTrigger, Fired, ReferrerIndex, TriggerMetrics};
-use super::{ConfigWatches, sharded};
 use crate::refs::{
     ConfigKey, HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP, ObjectRef, ReferenceSet,
 };
 use crate::selector::Selector;
 use crate::trigger::{Mode, Trigger};
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::Policy;
 use conflux_runtime::events::{publish, recorder};
 use conflux_runtime::sync::{lock, read, write};

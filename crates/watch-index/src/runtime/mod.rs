@@ -2,21 +2,17 @@
 //! process machinery of `conflux-runtime` (its [`Runtime`](conflux_runtime::Runtime), informers
 //! and health).
 //!
-//! - [`configs`]: the one metadata-only watch of ConfigMaps and one of Secrets per process.
 //! - [`trigger`]: Flux's watch-configs behaviour as a stream: config change → the referrers to
 //!   reconcile, with the first-list baseline and both trigger modes.
 //! - [`flux_trigger`]: the flux-trigger controller (`reconcile.fluxcd.io/requestedAt` on Flux
 //!   objects).
 
-pub mod configs;
 pub mod flux_trigger;
 #[cfg(test)]
 mod test_support;
 pub mod trigger;
 
 use kube::runtime::watcher;
-
-pub use configs::ConfigWatches;
 
 /// The watcher configuration for objects sharded by `selector` (`--watch-label-selector`).
 pub fn sharded(selector: &crate::selector::Selector) -> watcher::Config {

@@ -36,7 +36,7 @@ pub(crate) fn config_informer<X: 'static>(
     resource: &str,
 ) -> (
     Feed<PartialObjectMeta<X>>,
-    super::configs::ConfigInformer<X>,
+    conflux_runtime::configs::ConfigInformer<X>,
 )
 where
     PartialObjectMeta<X>: Watched,

@@ -19,7 +19,7 @@
 //! # use watch_index::refs::{ConfigKind, ReferenceSet};
 //! # use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
 //! # use conflux_runtime::Runtime;
-//! # use watch_index::runtime::ConfigWatches;
+//! # use conflux_runtime::ConfigWatches;
 //! # use watch_index::trigger::{Mode, Trigger};
 //! # async fn doc(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! # type Widget = k8s_openapi::api::core::v1::ConfigMap;
@@ -63,10 +63,10 @@ use conflux_runtime::client::object_id;
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::{Change, Informer, Runtime, Tasks, Watched};
 
-use super::configs::{ConfigResource, ConfigWatches};
 use crate::index::{DependencyOrder, ReverseIndex};
 use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet, flux_reference_problems};
 use crate::trigger::{self, Decision, Event as ConfigEvent, Mode, Observed, Trigger, Why};
+use conflux_runtime::configs::{ConfigResource, ConfigWatches};
 use conflux_runtime::sync::{lock, read, write};
 
 /// Labels of a ConfigMap/Secret event seen by the trigger.
@@ -474,13 +474,13 @@ fn watch_kind<K: ConfigResource>(
     tx: mpsc::UnboundedSender<Fired>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let informer = configs.informer::<K>();
-    let sub = informer.subscribe(&format!("trigger {}", K::KIND));
+    let sub = informer.subscribe(&format!("trigger {}", K::KIND.as_str()));
     let store = informer.store();
     async move {
         trigger.index.wait_synced().await;
         let mut state = KindState {
             trigger: &trigger,
-            kind: K::KIND,
+            kind: K::KIND.into(),
             store,
             hashes: HashMap::new(),
             baseline_done: false,

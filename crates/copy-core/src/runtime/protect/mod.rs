@@ -32,7 +32,9 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::MetaStore;
+use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::server::Server;
 use conflux_runtime::{Health, Runtime};
 use http_body_util::{BodyExt, Full, Limited};
@@ -53,8 +55,6 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tracing::{debug, info, warn};
-use watch_index::runtime::ConfigWatches;
-use watch_index::runtime::configs::ConfigResource;
 
 use crate::ConfigSync;
 use crate::consent;

@@ -33,7 +33,9 @@ mod fan_out;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, RwLock};
 
+use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::{KeyedBackoff, Policy};
+use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::events::{Problems, publish, recorder};
 use conflux_runtime::{Health, Informer, Runtime};
 use futures::StreamExt;
@@ -46,8 +48,7 @@ use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
-use watch_index::runtime::configs::ConfigResource;
-use watch_index::runtime::{ConfigWatches, sharded};
+use watch_index::runtime::sharded;
 use watch_index::selector::Selector;
 
 use super::copy::RESYNC_INTERVAL;

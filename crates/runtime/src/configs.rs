@@ -1,6 +1,6 @@
 //! The one metadata-only watch of ConfigMaps and one of Secrets per process, shared by every
-//! controller. Metadata only, so Secret data is never cached: whoever needs data reads the one
-//! object it needs, when it needs it.
+//! controller. Metadata only, so Secret data is never cached: whoever needs data reads the
+//! objects it needs, when it needs them (one GET, or pages of a LIST hashed and dropped).
 
 use std::fmt::Debug;
 
@@ -11,8 +11,28 @@ use kube::runtime::watcher;
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
-use crate::refs::ConfigKind;
-use conflux_runtime::{Health, Informer, MetaStore, Runtime};
+use crate::{Health, Informer, MetaStore, Runtime, StoredMeta};
+
+/// ConfigMap or Secret, as a value. Libraries with a kind enum of their own convert to and from
+/// it (`watch_index::refs::ConfigKind` does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// `v1` ConfigMap.
+    ConfigMap,
+    /// `v1` Secret.
+    Secret,
+}
+
+impl Kind {
+    /// The kind's name (`ConfigMap`, `Secret`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "ConfigMap",
+            Kind::Secret => "Secret",
+        }
+    }
+}
 
 /// The shared informer of one config kind: metadata only, kept in a compact [`MetaStore`].
 pub type ConfigInformer<K> = Informer<PartialObjectMeta<K>, MetaStore<K>>;
@@ -28,14 +48,14 @@ pub trait ConfigResource:
     + 'static
 {
     /// The kind as a value.
-    const KIND: ConfigKind;
+    const KIND: Kind;
 
     /// This kind's informer among the shared watches.
     fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self>;
 }
 
 impl ConfigResource for ConfigMap {
-    const KIND: ConfigKind = ConfigKind::ConfigMap;
+    const KIND: Kind = Kind::ConfigMap;
 
     fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self> {
         &watches.config_maps
@@ -43,7 +63,7 @@ impl ConfigResource for ConfigMap {
 }
 
 impl ConfigResource for Secret {
-    const KIND: ConfigKind = ConfigKind::Secret;
+    const KIND: Kind = Kind::Secret;
 
     fn informer(watches: &ConfigWatches) -> &ConfigInformer<Self> {
         &watches.secrets
@@ -105,24 +125,24 @@ impl ConfigWatches {
         self.secrets.wait_synced().await;
     }
 
-    /// What the shared store keeps of one object (see [`conflux_runtime::StoredMeta`]).
+    /// What the shared store keeps of one object (see [`StoredMeta`]).
     pub fn stored(
         &self,
-        kind: ConfigKind,
+        kind: impl Into<Kind>,
         namespace: &str,
         name: &str,
-    ) -> Option<std::sync::Arc<conflux_runtime::StoredMeta>> {
-        match kind {
-            ConfigKind::ConfigMap => self.config_maps.store().get(namespace, name),
-            ConfigKind::Secret => self.secrets.store().get(namespace, name),
+    ) -> Option<std::sync::Arc<StoredMeta>> {
+        match kind.into() {
+            Kind::ConfigMap => self.config_maps.store().get(namespace, name),
+            Kind::Secret => self.secrets.store().get(namespace, name),
         }
     }
 
     /// The last known metadata of one object, from the shared store (what it keeps: see
-    /// [`conflux_runtime::StoredMeta`]).
+    /// [`StoredMeta`]).
     pub fn meta(
         &self,
-        kind: ConfigKind,
+        kind: impl Into<Kind>,
         namespace: &str,
         name: &str,
     ) -> Option<kube::api::ObjectMeta> {
@@ -133,7 +153,7 @@ impl ConfigWatches {
     /// store.
     pub fn annotations(
         &self,
-        kind: ConfigKind,
+        kind: impl Into<Kind>,
         namespace: &str,
         name: &str,
     ) -> Option<std::collections::BTreeMap<String, String>> {
@@ -141,17 +161,13 @@ impl ConfigWatches {
     }
 
     /// The kind and name of every ConfigMap and Secret of `namespace`, sorted.
-    pub fn names(&self, namespace: &str) -> Vec<(ConfigKind, String)> {
+    pub fn names(&self, namespace: &str) -> Vec<(Kind, String)> {
         let config_maps = self.config_maps.store().state_in(namespace);
         let secrets = self.secrets.store().state_in(namespace);
-        let mut out: Vec<(ConfigKind, String)> = config_maps
+        let mut out: Vec<(Kind, String)> = config_maps
             .iter()
-            .map(|o| (ConfigKind::ConfigMap, o.name().to_owned()))
-            .chain(
-                secrets
-                    .iter()
-                    .map(|o| (ConfigKind::Secret, o.name().to_owned())),
-            )
+            .map(|o| (Kind::ConfigMap, o.name().to_owned()))
+            .chain(secrets.iter().map(|o| (Kind::Secret, o.name().to_owned())))
             .collect();
         out.sort();
         out

@@ -1,0 +1,325 @@
+//! What the controller keeps between events: the opted-in workloads (one typed copy each, without
+//! what no decision reads), the consumer index, the memory, the Job re-creations under way and
+//! what pods mounted from SecretProviderClasses; and the view of one namespace's configs an
+//! evaluation takes from the shared metadata watches.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use conflux_runtime::ConfigWatches;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use kube::api::{ApiResource, DynamicObject};
+use watch_index::refs::{ConfigKind, ObjectRef};
+use watch_index::selector::Selector;
+
+use super::providers::ProviderStore;
+use crate::index::{ConsumerIndex, IndexedWorkload};
+use crate::memory::{Entry, shard_of};
+use crate::opt_in::{NamespaceConfigs, Options};
+use crate::settings::WorkloadSettings;
+use crate::{Rollout, Workload, WorkloadKind};
+
+/// kubectl's copy of the whole applied object, which no decision reads.
+const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched workload what no decision reads and what makes it large: the status,
+/// `managedFields` (a server-side apply response carries them) and kubectl's last-applied copy.
+/// The informer keeps the objects trimmed.
+pub(super) fn trim(obj: &mut DynamicObject) {
+    obj.metadata.managed_fields = None;
+    if let Some(annotations) = obj.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED_ANNOTATION);
+    }
+    if let Some(fields) = obj.data.as_object_mut() {
+        fields.remove("status");
+    }
+}
+
+/// A workload object of one of the kinds, owned.
+// Always kept behind an `Arc`, so the size of the largest variant costs nothing when moved.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub(super) enum Owned {
+    Deployment(Deployment),
+    StatefulSet(StatefulSet),
+    DaemonSet(DaemonSet),
+    CronJob(CronJob),
+    Job(Job),
+    Rollout(Rollout),
+}
+
+impl Owned {
+    pub(super) fn workload(&self) -> Workload<'_> {
+        match self {
+            Owned::Deployment(w) => w.into(),
+            Owned::StatefulSet(w) => w.into(),
+            Owned::DaemonSet(w) => w.into(),
+            Owned::CronJob(w) => w.into(),
+            Owned::Job(w) => w.into(),
+            Owned::Rollout(w) => w.into(),
+        }
+    }
+
+    /// The typed object of a dynamic one, trimmed ([`trim`]). The type fields are dropped first:
+    /// list items have none, and a `batch/v1beta1` CronJob (Kubernetes < 1.21) has the same shape
+    /// as `batch/v1`.
+    pub(super) fn from_dynamic(
+        kind: WorkloadKind,
+        mut obj: DynamicObject,
+    ) -> serde_json::Result<Self> {
+        obj.types = None;
+        trim(&mut obj);
+        let value = serde_json::to_value(obj)?;
+        Ok(match kind {
+            WorkloadKind::Deployment => Owned::Deployment(serde_json::from_value(value)?),
+            WorkloadKind::StatefulSet => Owned::StatefulSet(serde_json::from_value(value)?),
+            WorkloadKind::DaemonSet => Owned::DaemonSet(serde_json::from_value(value)?),
+            WorkloadKind::CronJob => Owned::CronJob(serde_json::from_value(value)?),
+            WorkloadKind::Job => Owned::Job(serde_json::from_value(value)?),
+            WorkloadKind::Rollout => Owned::Rollout(serde_json::from_value(value)?),
+        })
+    }
+
+    /// Whether everything [`decide`](crate::patch::decide) reads of the two versions is equal:
+    /// the pod template (what is consumed, our template annotation) and the workload's
+    /// annotations (opt-in, settings). An update that changes none of it (status, replicas,
+    /// labels) needs no evaluation.
+    pub(super) fn same_for_decision(&self, other: &Owned) -> bool {
+        let (a, b) = (self.workload(), other.workload());
+        a.metadata().uid == b.metadata().uid
+            && a.annotations() == b.annotations()
+            && a.pod_template() == b.pod_template()
+    }
+
+    /// Whether this version is known to be older than `other` (etcd resourceVersions are
+    /// integers; anything else is treated as not older).
+    pub(super) fn is_older_than(&self, other: &Owned) -> bool {
+        let rv = |o: &Owned| {
+            o.workload()
+                .metadata()
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        matches!((rv(self), rv(other)), (Some(a), Some(b)) if a < b)
+    }
+
+    /// Its uid.
+    pub(super) fn uid(&self) -> Option<&str> {
+        self.workload().metadata().uid.as_deref()
+    }
+
+    /// Its rollout settings (`conflux.dev/reload-debounce`, Reloader's pause-period and
+    /// rollout-strategy).
+    pub(super) fn settings(&self) -> WorkloadSettings {
+        let w = self.workload();
+        WorkloadSettings::parse(w.kind(), w.annotations())
+    }
+}
+
+/// What the controller keeps.
+#[derive(Debug)]
+pub(super) struct State {
+    pub(super) index: ConsumerIndex,
+    /// Opted-in workloads, as last seen (or as returned by our own patch).
+    pub(super) workloads: HashMap<ObjectRef, Arc<Owned>>,
+    /// What is remembered of each workload (its baseline), and which shards changed.
+    pub(super) memory: Memory,
+    /// Workloads held because required configs are missing (what was last reported).
+    pub(super) held: HashMap<ObjectRef, Vec<(ConfigKind, String)>>,
+    /// Resolved API resources of the workload kinds served by this cluster.
+    pub(super) resources: HashMap<WorkloadKind, ApiResource>,
+    /// Jobs being re-created: the replacement, kept until it is created.
+    pub(super) recreations: HashMap<ObjectRef, Recreation>,
+    /// What pods mounted from SecretProviderClasses, and the classes' annotations.
+    pub(super) providers: ProviderStore,
+}
+
+impl State {
+    pub(super) fn new(options: Options) -> Self {
+        State {
+            index: ConsumerIndex::new(options),
+            workloads: HashMap::new(),
+            memory: Memory::default(),
+            held: HashMap::new(),
+            resources: HashMap::new(),
+            recreations: HashMap::new(),
+            providers: ProviderStore::default(),
+        }
+    }
+}
+
+/// What the opt-in rules read of one namespace's configs for one workload, taken from the shared
+/// metadata watches (the controller keeps no copy of them): the annotations of the configs the
+/// workload names or consumes, and, when its `reload` lists hold a regex, every config's name.
+pub(super) struct NamespaceView {
+    annotations: HashMap<(ConfigKind, String), BTreeMap<String, String>>,
+    names: Vec<(ConfigKind, String)>,
+    /// Configs that exist and fail `--resource-label-selector`.
+    unselected: BTreeSet<(ConfigKind, String)>,
+    /// SecretProviderClasses' annotations (CSI integration).
+    provider_annotations: HashMap<String, BTreeMap<String, String>>,
+    /// Every SecretProviderClass of the namespace, when a `reload` list holds a regex.
+    provider_names: Vec<String>,
+}
+
+impl NamespaceView {
+    pub(super) fn of(
+        configs: &ConfigWatches,
+        providers: &ProviderStore,
+        namespace: &str,
+        entry: &IndexedWorkload,
+        selector: &Selector,
+    ) -> Self {
+        let names: Vec<(ConfigKind, String)> = if entry.opt_in.has_regex_patterns() {
+            configs
+                .names(namespace)
+                .into_iter()
+                .map(|(kind, name)| (kind.into(), name))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut wanted: BTreeSet<(ConfigKind, &str)> = entry
+            .consumers
+            .iter()
+            .map(|c| (c.kind, c.name.as_str()))
+            .collect();
+        for kind in [ConfigKind::ConfigMap, ConfigKind::Secret] {
+            wanted.extend(
+                entry
+                    .opt_in
+                    .named_patterns(kind)
+                    .iter()
+                    .filter_map(|p| p.as_literal())
+                    .map(|name| (kind, name)),
+            );
+        }
+        wanted.extend(names.iter().map(|(k, n)| (*k, n.as_str())));
+        let mut annotations = HashMap::new();
+        let mut unselected = BTreeSet::new();
+        for (kind, name) in wanted {
+            let Some(stored) = configs.stored(kind, namespace, name) else {
+                continue;
+            };
+            if let Some(a) = stored.annotations() {
+                annotations.insert((kind, name.to_owned()), a);
+            }
+            if !selector.is_empty() && !selector.matches(&stored.labels().unwrap_or_default()) {
+                unselected.insert((kind, name.to_owned()));
+            }
+        }
+        let mut provider_names = Vec::new();
+        let mut provider_annotations = HashMap::new();
+        if !providers.is_empty() {
+            if entry.opt_in.has_regex_patterns() {
+                provider_names = providers.class_names(namespace);
+            }
+            let named = entry
+                .opt_in
+                .named_provider_patterns()
+                .iter()
+                .filter_map(|p| p.as_literal());
+            let wanted = entry
+                .providers
+                .iter()
+                .map(String::as_str)
+                .chain(named)
+                .chain(provider_names.iter().map(String::as_str));
+            for name in wanted {
+                if let Some(a) = providers.class_annotations(namespace, name) {
+                    provider_annotations.insert(name.to_owned(), a.clone());
+                }
+            }
+        }
+        NamespaceView {
+            annotations,
+            names,
+            unselected,
+            provider_annotations,
+            provider_names,
+        }
+    }
+}
+
+impl NamespaceConfigs for NamespaceView {
+    fn annotations(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.annotations.get(&(kind, name.to_owned()))
+    }
+
+    fn names(&self) -> Vec<(ConfigKind, &str)> {
+        self.names.iter().map(|(k, n)| (*k, n.as_str())).collect()
+    }
+
+    fn selected(&self, kind: ConfigKind, name: &str) -> bool {
+        !self.unselected.contains(&(kind, name.to_owned()))
+    }
+
+    fn provider_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.provider_annotations.get(name)
+    }
+
+    fn provider_names(&self) -> Vec<&str> {
+        self.provider_names.iter().map(String::as_str).collect()
+    }
+}
+
+/// What is remembered, and which shards changed since they were written.
+#[derive(Debug, Default)]
+pub(super) struct Memory {
+    pub(super) entries: HashMap<ObjectRef, Entry>,
+    pub(super) dirty: BTreeSet<u32>,
+}
+
+impl Memory {
+    /// What is remembered of `object`, if it is the workload with `uid`.
+    pub(super) fn get(&self, object: &ObjectRef, uid: Option<&str>) -> Option<&Entry> {
+        self.entries
+            .get(object)
+            .filter(|e| uid.is_some_and(|uid| uid == e.uid))
+    }
+
+    /// Remembers `entry` for `object`; whether that changed anything.
+    pub(super) fn set(&mut self, object: &ObjectRef, entry: Entry) -> bool {
+        if self.entries.get(object) == Some(&entry) {
+            return false;
+        }
+        self.dirty.insert(shard_of(object));
+        self.entries.insert(object.clone(), entry);
+        true
+    }
+
+    /// Forgets `object`; whether it was remembered.
+    pub(super) fn remove(&mut self, object: &ObjectRef) -> bool {
+        let removed = self.entries.remove(object).is_some();
+        if removed {
+            self.dirty.insert(shard_of(object));
+        }
+        removed
+    }
+
+    /// How many workloads are remembered.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// A Job being re-created.
+#[derive(Debug, Clone)]
+pub(super) struct Recreation {
+    /// The uid of the Job being replaced.
+    pub(super) old_uid: String,
+    /// The Job to create.
+    pub(super) replacement: Job,
+    /// What the rollout answers (for its Event).
+    pub(super) why: String,
+    /// Whether conflux has sent the delete (from then on, a missing Job is ours to create).
+    pub(super) delete_sent: bool,
+    /// Whether the [`Record`] is written (or no records namespace is configured).
+    pub(super) recorded: bool,
+    /// Whether the re-creation is over and only its record remains to be deleted.
+    pub(super) finished: bool,
+    /// Failed or waiting attempts so far.
+    pub(super) attempts: u32,
+}

@@ -1,0 +1,36 @@
+//! One workload of an evaluation batch: what it watches, its state, and its configs' hashes as
+//! the reads come in.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use watch_index::refs::{ConfigKind, ObjectRef};
+
+use super::cache::Owned;
+use super::work::Causes;
+use crate::hash::ConfigHash;
+use crate::opt_in::Watch;
+use crate::patch::WorkloadState;
+use crate::source::ProviderObject;
+
+/// One workload of the batch, ready to be hashed.
+pub(super) struct Plan {
+    pub(super) object: ObjectRef,
+    pub(super) workload: Arc<Owned>,
+    pub(super) watch: Watch,
+    pub(super) state: WorkloadState,
+    /// What its pods mounted from each SecretProviderClass it watches (CSI integration).
+    pub(super) mounts: HashMap<String, Vec<ProviderObject>>,
+    pub(super) causes: Causes,
+    /// Each candidate config's hash, as its read comes in.
+    pub(super) hashes: BTreeMap<(ConfigKind, String), ConfigHash>,
+    /// Each candidate config's `resourceVersion` when read (`None`: absent).
+    pub(super) versions: BTreeMap<(ConfigKind, String), Option<String>>,
+}
+
+impl Plan {
+    /// The uid of the workload.
+    pub(super) fn uid(&self) -> String {
+        self.workload.uid().unwrap_or_default().to_owned()
+    }
+}
