@@ -10,8 +10,8 @@ use copy_core::runtime::protect::ProtectMetrics;
 use prometheus_client::registry::Registry;
 use reloader::runtime::ReloadMetrics;
 
-use conflux_runtime::WatchMetrics;
 use conflux_runtime::lease::LeaderMetrics;
+use conflux_runtime::{QueueMetrics, WatchMetrics};
 use watch_index::runtime::flux_trigger::FluxMetrics;
 
 /// Every metric conflux exports: the libraries' metric sets, registered under `conflux_`.
@@ -30,10 +30,12 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric, and the shared watches' (`conflux_watch_*`), under `conflux`.
-    pub fn register(&self, watch: &WatchMetrics, registry: &mut Registry) {
+    /// Registers every metric, the shared watches' (`conflux_watch_*`) and the work queues'
+    /// (`conflux_workqueue_*`), under `conflux`.
+    pub fn register(&self, watch: &WatchMetrics, queues: &QueueMetrics, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("conflux");
         watch.register(sub);
+        queues.register(sub);
         self.flux.register(sub);
         self.copy.register(sub);
         self.reload.register(sub);

@@ -625,7 +625,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let metrics = Metrics::default();
     let mut registry = Registry::default();
-    metrics.register(runtime.metrics(), &mut registry);
+    metrics.register(runtime.metrics(), runtime.queue_metrics(), &mut registry);
     let registry = Arc::new(registry);
     let health = runtime.health().clone();
     for (flag, value, endpoints) in [

@@ -57,6 +57,7 @@ pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
+pub use queue::{Gate, QueueConfig, QueueMetrics, WorkQueue};
 pub use tasks::Tasks;
 
 /// `Result` with this crate's [`Error`].
@@ -102,6 +103,7 @@ pub struct Runtime {
 struct Inner {
     client: Client,
     metrics: Arc<WatchMetrics>,
+    queue_metrics: Arc<QueueMetrics>,
     health: Arc<Health>,
     stall_after: Duration,
     initial_list: InitialList,
@@ -121,6 +123,7 @@ impl Inner {
         Inner {
             client: self.client.clone(),
             metrics: self.metrics.clone(),
+            queue_metrics: self.queue_metrics.clone(),
             health: self.health.clone(),
             stall_after: self.stall_after,
             initial_list: self.initial_list,
@@ -159,11 +162,15 @@ impl std::fmt::Debug for Inner {
 
 impl Runtime {
     /// A runtime over `client`, whose requests (but watches) it bounds with
-    /// [`client::REQUEST_TIMEOUT`]. Register [`Runtime::metrics`] in the process's registry.
+    /// [`client::REQUEST_TIMEOUT`] and whose streaming lists it makes consistent reads
+    /// ([`client::with_consistent_streaming_lists`]). Register [`Runtime::metrics`] and
+    /// [`Runtime::queue_metrics`] in the process's registry.
     pub fn new(client: Client) -> Self {
+        let client = client::with_consistent_streaming_lists(client);
         Runtime::from(Inner {
             client: client::with_timeouts(client, client::REQUEST_TIMEOUT),
             metrics: Arc::default(),
+            queue_metrics: Arc::default(),
             health: Arc::new(Health::new("conflux")),
             stall_after: DEFAULT_STALL_AFTER,
             initial_list: InitialList::default(),
@@ -228,6 +235,22 @@ impl Runtime {
     /// The watch metrics (register them once).
     pub fn metrics(&self) -> &Arc<WatchMetrics> {
         &self.inner.metrics
+    }
+
+    /// The metrics of every work queue made by [`Runtime::queue`] (register them once).
+    pub fn queue_metrics(&self) -> &Arc<QueueMetrics> {
+        &self.inner.queue_metrics
+    }
+
+    /// A work queue reporting to this runtime's [`Runtime::queue_metrics`], handing out nothing
+    /// before `gate` opens. Run it with [`WorkQueue::run`] on a task of this runtime
+    /// ([`Runtime::spawn`]), so it ends with it.
+    pub fn queue<K, V>(&self, config: QueueConfig, gate: Gate) -> WorkQueue<K, V>
+    where
+        K: Hash + Eq + Ord + Clone + Send + Sync + 'static,
+        V: queue::Payload,
+    {
+        WorkQueue::new(config, gate, self.inner.queue_metrics.clone())
     }
 
     /// The root of the health tree.
