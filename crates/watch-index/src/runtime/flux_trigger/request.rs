@@ -215,11 +215,7 @@ impl Executor {
             }
             Err(err) if err.is_not_found() => (Next::Done, Outcome::Gone),
             Err(err) => {
-                if lock(&self.failing).insert(object.clone()) {
-                    warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot record the observed configs; retrying with backoff");
-                } else {
-                    debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: retry failed");
-                }
+                self.failed(object, &err, "cannot record the observed configs");
                 (Next::Retry, Outcome::Failed)
             }
         }
@@ -304,10 +300,10 @@ impl Executor {
                 (Next::Done, Outcome::Gone)
             }
             Err(err) => {
-                if lock(&self.failing).insert(object.clone()) {
-                    warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: cannot request reconciliation; retrying with backoff");
-                    let note =
-                        format!("{cause} but requesting reconciliation failed: {err}; retrying");
+                if self.failed(object, &err, "cannot request reconciliation") {
+                    let note = format!(
+                        "{cause} but requesting reconciliation failed: {err}; retrying"
+                    );
                     publish(
                         &self.recorder,
                         &reference,
@@ -317,12 +313,22 @@ impl Executor {
                         "RequestReconcile",
                     )
                     .await;
-                } else {
-                    debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: retry failed");
                 }
                 (Next::Retry, Outcome::Failed)
             }
         }
+    }
+
+    /// Notes a failed write of `object` (`what` failed): a `warn` line the first time, `debug`
+    /// while it keeps failing; `true` the first time (to report it once).
+    fn failed(&self, object: &ObjectRef, err: &conflux_runtime::Error, what: &str) -> bool {
+        let first = lock(&self.failing).insert(object.clone());
+        if first {
+            warn!(object = %object, reason = err.reason(), error = %err, "flux-trigger: {what}; retrying with backoff");
+        } else {
+            debug!(object = %object, reason = err.reason(), error = %err, "flux-trigger: retry failed");
+        }
+        first
     }
 
     /// One merge patch of `object`'s annotations, with [`FIELD_MANAGER`].
