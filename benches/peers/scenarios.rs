@@ -861,8 +861,8 @@ pub async fn watch_configs(
     let mut table = vec![
         format!("#### One labelled ConfigMap referenced by {n} Kustomizations changes"),
         String::new(),
-        "| contender | every Kustomization asked after s | ratio | requests | peak RSS MiB | RSS after s MiB |".into(),
-        "|---|---|---|---|---|---|".into(),
+        "| contender | every Kustomization asked after s | ratio | requests | CPU s: contender, API server, etcd | peak RSS MiB | RSS after s MiB |".into(),
+        "|---|---|---|---|---|---|---|".into(),
     ];
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let ar = ApiResource::from_gvk_with_plural(
@@ -886,7 +886,15 @@ pub async fn watch_configs(
                 continue;
             }
         };
-        let requested_before = requested_at(&kss).await;
+        let is_conflux = name.starts_with("conflux");
+        // conflux is seen asking through a watch of the Kustomizations (polling them with LISTs
+        // would load the API server it is measured against).
+        let asked_watch = if is_conflux {
+            Some(asked_by_watch(kss.clone(), n).await)
+        } else {
+            None
+        };
+        let cpu_before = cpu_now(world, &start.running);
         let reconciles_before = start
             .running
             .metrics_text()
@@ -901,7 +909,6 @@ pub async fn watch_configs(
             &Patch::Merge(&patch),
         )
         .await?;
-        let is_conflux = name.starts_with("conflux");
         // With its watchers off kustomize-controller does not react: it is here for its memory
         // (the watchers' cost is the difference); a short wait shows it.
         let wait = if name.contains("watchers off") {
@@ -911,34 +918,43 @@ pub async fn watch_configs(
         };
         let deadline = Instant::now() + Duration::from_secs(wait);
         let mut asked = None;
-        while Instant::now() < deadline {
-            let done = if is_conflux {
-                let now = requested_at(&kss).await;
-                now.iter()
-                    .filter(|(k, v)| requested_before.get(*k) != Some(*v))
-                    .count()
-            } else {
-                let r = start
-                    .running
-                    .metrics_text()
-                    .map(|t| metric_sum(&t, "controller_runtime_reconcile_total", &[]))
-                    .unwrap_or(0.0);
-                (r - reconciles_before).max(0.0) as usize
-            };
-            if done >= n {
-                asked = Some(t0.elapsed());
-                break;
+        match asked_watch {
+            Some(all_asked) => {
+                asked = tokio::time::timeout_at(deadline.into(), all_asked)
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|at: Instant| at.saturating_duration_since(t0));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            None => {
+                while Instant::now() < deadline {
+                    let r = start
+                        .running
+                        .metrics_text()
+                        .map(|t| metric_sum(&t, "controller_runtime_reconcile_total", &[]))
+                        .unwrap_or(0.0);
+                    if (r - reconciles_before).max(0.0) as usize >= n {
+                        asked = Some(t0.elapsed());
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
         }
+        let cpu_after = cpu_now(world, &start.running);
         tokio::time::sleep(Duration::from_secs(3)).await;
         let requests = audit.take();
         let secs_asked = asked.map(|d| d.as_secs_f64());
         if is_conflux {
             conflux_time = secs_asked.unwrap_or(f64::NAN);
         }
+        let cpu: Vec<String> = cpu_before
+            .iter()
+            .zip(&cpu_after)
+            .map(|(b, a)| format!("{:.2}", a - b))
+            .collect();
         let row = format!(
-            "| {name} | {} | {} | {} | {:.1} | {:.1} |",
+            "| {name} | {} | {} | {} | {} | {:.1} | {:.1} |",
             secs_asked.map_or(format!("not asked within {wait} s"), |s| format!("{s:.2}")),
             if is_conflux {
                 "1".into()
@@ -946,6 +962,7 @@ pub async fn watch_configs(
                 ratio(secs_asked.unwrap_or(f64::NAN), conflux_time)
             },
             audit::summary(&requests),
+            cpu.join(", "),
             start.running.peak_rss_mib(),
             start.running.rss_mib(),
         );
@@ -957,24 +974,64 @@ pub async fn watch_configs(
     Ok(())
 }
 
-/// `reconcile.fluxcd.io/requestedAt` of every Kustomization, by name.
-async fn requested_at(api: &Api<DynamicObject>) -> BTreeMap<String, String> {
-    api.list(&ListParams::default())
-        .await
-        .map(|l| {
-            l.items
-                .into_iter()
-                .map(|o| {
-                    let v = o
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get("reconcile.fluxcd.io/requestedAt"))
-                        .cloned()
-                        .unwrap_or_default();
-                    (o.metadata.name.unwrap_or_default(), v)
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+/// Watches the Kustomizations of `api` (from a list made now) and resolves to the instant the
+/// `reconcile.fluxcd.io/requestedAt` of `n` of them changed.
+async fn asked_by_watch(
+    api: Api<DynamicObject>,
+    n: usize,
+) -> tokio::sync::oneshot::Receiver<Instant> {
+    let (listed_tx, listed) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let requested = |o: &DynamicObject| {
+            o.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("reconcile.fluxcd.io/requestedAt"))
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut before: HashMap<String, String> = HashMap::new();
+        let mut changed: std::collections::HashSet<String> = Default::default();
+        let mut listed_tx = Some(listed_tx);
+        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(watcher::Event::InitApply(o)) => {
+                    before.insert(o.metadata.name.clone().unwrap_or_default(), requested(&o));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if let Some(tx) = listed_tx.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Ok(watcher::Event::Apply(o)) => {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    if before.get(&name) != Some(&requested(&o)) {
+                        changed.insert(name);
+                    }
+                    if changed.len() >= n {
+                        let _ = done_tx.send(Instant::now());
+                        return;
+                    }
+                }
+                _ => {}
+            }
+        }
+    });
+    let _ = listed.await;
+    done
 }
+
+/// CPU seconds so far of the contender, the API server and etcd (NaN when unknown).
+fn cpu_now(world: &World, running: &conflux_benches::contender::Running) -> [f64; 3] {
+    let of = |name: &str| {
+        std::fs::read_to_string(world.cluster.dir().join(format!("{name}.pid")))
+            .ok()
+            .and_then(|pid| pid.trim().parse().ok())
+            .and_then(conflux_benches::contender::cpu_seconds)
+            .unwrap_or(f64::NAN)
+    };
+    [running.cpu_seconds(), of("kube-apiserver"), of("etcd")]
+}
+

@@ -4,8 +4,9 @@
 //!
 //! It grows the cluster in steps (by default 10,000 → 40,000 → 100,000 ConfigMaps + Secrets in
 //! total, half of each, objects added between steps) and at each step starts conflux on the
-//! populated cluster: time to ready and peak RSS (`VmHWM` until 3 s after ready), for each initial
-//! list strategy. Then it prints the memory per config (the slope of peak RSS between steps) and
+//! populated cluster: time to ready, peak RSS (`VmHWM` until 3 s after ready) and, on the harness's
+//! own cluster (where conflux then runs as the audited user), the requests it made until then,
+//! from the API server's audit log, for each initial list strategy. Then it prints the memory per config (the slope of peak RSS between steps) and
 //! the goals. At the last size it measures the watches conflux adds on the API server and change →
 //! copy and change → rollout latency (p50, p99).
 //!
@@ -31,7 +32,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use conflux_benches::{env_usize, memory_kib, percentile, run_by_cargo_bench};
+use conflux_benches::{audit, env_usize, memory_kib, percentile, run_by_cargo_bench};
 use conflux_tests::objects;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -49,8 +50,15 @@ const GOAL_READY_S: f64 = 3.0;
 const GOAL_AT: usize = 100_000;
 
 /// Starts conflux with `--initial-list-strategy=strategy`, waits until it is ready and 3 s more,
-/// stops it; returns the time to ready and the peak RSS (KiB).
-fn start_up(binary: &str, kubeconfig: &Path, strategy: &str) -> (Duration, u64) {
+/// stops it; returns the time to ready, the peak RSS (KiB) and, with `audit` (the audit log of the
+/// API server, `kubeconfig` being its audited user's), the requests it made.
+fn start_up(
+    binary: &str,
+    kubeconfig: &Path,
+    strategy: &str,
+    audit: Option<&Path>,
+) -> (Duration, u64, Option<audit::Requests>) {
+    let mut requests = audit.map(audit::AuditLog::at_end);
     let health_port = conflux_tests::free_port();
     let log = conflux_tests::repo_root().join(format!("target/scale-conflux-{strategy}.log"));
     let spawned = Instant::now();
@@ -88,7 +96,9 @@ fn start_up(binary: &str, kubeconfig: &Path, strategy: &str) -> (Duration, u64) 
     let (peak, _) = memory_kib(pid).unwrap_or_default();
     let _ = child.kill();
     let _ = child.wait();
-    (ready, peak)
+    // The audit log is written as requests complete; give the last ones a moment.
+    std::thread::sleep(Duration::from_secs(1));
+    (ready, peak, requests.as_mut().map(audit::AuditLog::take))
 }
 
 /// One step's start-ups with the default strategy: the worst time to ready and peak RSS (KiB).
@@ -150,6 +160,12 @@ async fn main() {
         Ok(path) => PathBuf::from(path),
         Err(_) => conflux_tests::cluster().kubeconfig().to_path_buf(),
     };
+    // On the harness's own cluster the start-ups run as its audited user, and their requests
+    // are counted from the audit log.
+    let audited: Option<(PathBuf, PathBuf)> = std::env::var("SCALE_KUBECONFIG").is_err().then(|| {
+        let cluster = conflux_tests::cluster();
+        (cluster.kubeconfig_as("audited"), cluster.audit_log())
+    });
     let client = client_for(&kubeconfig).await;
     let started = Instant::now();
     populate_base(&client, namespaces, deployments, fanout).await;
@@ -176,11 +192,18 @@ async fn main() {
         let mut worst: Option<Step> = None;
         for round in 1..=rounds {
             for (i, strategy) in strategies.iter().enumerate() {
-                let (ready, peak) = start_up(&binary, &kubeconfig, strategy);
+                let (ready, peak, requests) = match &audited {
+                    Some((as_audited, log)) => start_up(&binary, as_audited, strategy, Some(log)),
+                    None => start_up(&binary, &kubeconfig, strategy, None),
+                };
                 println!(
-                    "scale: {total} configs, --initial-list-strategy={strategy} (round {round}): ready after {:.2} s, peak RSS {:.1} MiB",
+                    "scale: {total} configs, --initial-list-strategy={strategy} (round {round}): ready after {:.2} s, peak RSS {:.1} MiB{}",
                     ready.as_secs_f64(),
-                    peak as f64 / 1024.0
+                    peak as f64 / 1024.0,
+                    requests.map_or_else(String::new, |r| format!(
+                        ", requests until 3 s after ready: {}",
+                        audit::summary(&r)
+                    ))
                 );
                 if i == 0 {
                     let w = worst.get_or_insert(Step {

@@ -430,3 +430,44 @@ async fn data_hash_mode_ignores_metadata_only_writes() {
     controller.abort();
     conflux_tests::leak::assert_log_clean();
 }
+
+/// Streaming lists are consistent reads on the real API server: the runtime asks for the
+/// initial state with no resourceVersion (kube-runtime asks from `resourceVersion=0`, which the
+/// API server answers from its watch cache without first catching up with etcd, so a first list
+/// could miss what was written just before it: the flux-trigger's baseline then raced a change
+/// made right after start), and the API server accepts that and ends the list.
+#[tokio::test]
+async fn streaming_lists_are_consistent_reads() {
+    let cluster = cluster();
+    let admin = cluster.client().await;
+    let ns = cluster.namespace(&admin, "trigger-streaming").await;
+    apply_config_map(&admin, &ns, "written-before", true, json!({"a": "b"})).await;
+    let runtime = Runtime::new(cluster.client_as("audited").await)
+        .with_initial_list(conflux_runtime::InitialList::StreamingList);
+    let configs = ConfigWatches::start(&runtime, Some(&ns));
+    tokio::time::timeout(Duration::from_secs(60), configs.wait_synced())
+        .await
+        .expect("both kinds listed");
+    assert!(
+        configs
+            .names(&ns)
+            .iter()
+            .any(|(_, name)| name == "written-before"),
+        "the first list holds what was written before it"
+    );
+    let path = format!("/api/v1/namespaces/{ns}/configmaps?");
+    let watches: Vec<String> = std::fs::read_to_string(cluster.audit_log())
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["user"]["username"] == "audited" && e["verb"] == "watch")
+        .filter_map(|e| e["requestURI"].as_str().map(str::to_owned))
+        .filter(|uri| uri.starts_with(&path) && uri.contains("sendInitialEvents=true"))
+        .collect();
+    assert!(!watches.is_empty(), "a streaming list was made");
+    assert!(
+        watches.iter().all(|uri| !uri.contains("resourceVersion=0")),
+        "every streaming list is a consistent read: {watches:?}"
+    );
+    runtime.end(Duration::from_secs(5)).await;
+}

@@ -251,7 +251,8 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
     world.change(2).await;
     world.wait_converged(2, Duration::from_secs(180)).await;
 
-    // Events were recorded as the ServiceAccount (the flux-trigger's, about the Kustomization).
+    // Events were recorded as the ServiceAccount (the flux-trigger's, about the ConfigMap that
+    // changed).
     let events: Api<Event> = Api::namespaced(admin.clone(), world.source_namespace());
     eventually("a ConfigChanged Event", Duration::from_secs(60), || {
         let events = events.clone();

@@ -56,6 +56,51 @@ pub fn with_timeouts(client: Client, timeout: Duration) -> Client {
     })
 }
 
+/// `client` whose streaming lists are consistent reads, as client-go's are.
+///
+/// kube-runtime's watcher opens a streaming list (`sendInitialEvents=true`) from
+/// `resourceVersion=0`, which the API server answers from its watch cache as the cache is,
+/// without first catching up with etcd ("any" resourceVersion): the first list may then be older
+/// than the moment the watch started, so objects written just before it come as changes after
+/// the first list instead of in it. A first list that is a baseline (the flux-trigger's, the
+/// reload controller's) must hold everything written before start. client-go's reflector asks
+/// with no resourceVersion, which the API server treats as a consistent read (it waits until its
+/// cache holds everything written before the request), and kube's own list-then-watch asks a
+/// quorum read. This layer drops `resourceVersion=0` from streaming lists, so they are
+/// consistent too; every other request goes out unchanged.
+pub fn with_consistent_streaming_lists(client: Client) -> Client {
+    layered(client, |client, mut request| {
+        consistent_streaming_list(&mut request);
+        Box::pin(async move { client.send(request).await })
+    })
+}
+
+/// Drops `resourceVersion=0` from a streaming list request (see
+/// [`with_consistent_streaming_lists`]); other requests are left alone.
+fn consistent_streaming_list<B>(request: &mut Request<B>) {
+    let Some(query) = request.uri().query() else {
+        return;
+    };
+    let pairs: Vec<&str> = query.split('&').collect();
+    if !pairs.contains(&"sendInitialEvents=true") || !pairs.contains(&"resourceVersion=0") {
+        return;
+    }
+    let kept: Vec<&str> = pairs
+        .into_iter()
+        .filter(|pair| *pair != "resourceVersion=0")
+        .collect();
+    let path_and_query = format!("{}?{}", request.uri().path(), kept.join("&"));
+    let mut parts = request.uri().clone().into_parts();
+    match path_and_query.parse() {
+        Ok(pq) => parts.path_and_query = Some(pq),
+        // Built from a valid URI minus one pair: always valid; if not, send it unchanged.
+        Err(_) => return,
+    }
+    if let Ok(uri) = http::Uri::from_parts(parts) {
+        *request.uri_mut() = uri;
+    }
+}
+
 /// What a layer returns for one request.
 pub type Answer = Pin<Box<dyn Future<Output = Result<Response<Body>, kube::Error>> + Send>>;
 
@@ -196,6 +241,33 @@ mod tests {
         assert!(!is_watch(
             &Request::get("/readyz").body(()).expect("request")
         ));
+    }
+
+    #[test]
+    fn a_streaming_list_from_resource_version_0_becomes_a_consistent_read() {
+        let uri = |q: &str| {
+            let mut request = Request::get(format!("/api/v1/namespaces/a/configmaps?{q}"))
+                .body(())
+                .expect("request");
+            consistent_streaming_list(&mut request);
+            request.uri().to_string()
+        };
+        // kube-runtime's initial streaming watch.
+        assert_eq!(
+            uri(
+                "watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=0"
+            ),
+            "/api/v1/namespaces/a/configmaps?watch=true&timeoutSeconds=290&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+        );
+        // A resumed watch, a list from the cache and a streaming list from a version: unchanged.
+        for q in [
+            "watch=true&allowWatchBookmarks=true&resourceVersion=0",
+            "watch=true&allowWatchBookmarks=true&resourceVersion=41",
+            "limit=500&resourceVersion=0&resourceVersionMatch=NotOlderThan",
+            "watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&resourceVersion=41",
+        ] {
+            assert_eq!(uri(q), format!("/api/v1/namespaces/a/configmaps?{q}"));
+        }
     }
 
     #[tokio::test(start_paused = true)]

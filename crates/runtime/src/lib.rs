@@ -103,6 +103,7 @@ pub struct Runtime {
 struct Inner {
     client: Client,
     metrics: Arc<WatchMetrics>,
+    queue_metrics: Arc<QueueMetrics>,
     health: Arc<Health>,
     stall_after: Duration,
     initial_list: InitialList,
@@ -124,6 +125,7 @@ impl Inner {
         Inner {
             client: self.client.clone(),
             metrics: self.metrics.clone(),
+            queue_metrics: self.queue_metrics.clone(),
             health: self.health.clone(),
             stall_after: self.stall_after,
             initial_list: self.initial_list,
@@ -163,11 +165,15 @@ impl std::fmt::Debug for Inner {
 
 impl Runtime {
     /// A runtime over `client`, whose requests (but watches) it bounds with
-    /// [`client::REQUEST_TIMEOUT`]. Register [`Runtime::metrics`] in the process's registry.
+    /// [`client::REQUEST_TIMEOUT`] and whose streaming lists it makes consistent reads
+    /// ([`client::with_consistent_streaming_lists`]). Register [`Runtime::metrics`] and
+    /// [`Runtime::queue_metrics`] in the process's registry.
     pub fn new(client: Client) -> Self {
+        let client = client::with_consistent_streaming_lists(client);
         Runtime::from(Inner {
             client: client::with_timeouts(client, client::REQUEST_TIMEOUT),
             metrics: Arc::default(),
+            queue_metrics: Arc::default(),
             health: Arc::new(Health::new("conflux")),
             stall_after: DEFAULT_STALL_AFTER,
             initial_list: InitialList::default(),
@@ -235,16 +241,17 @@ impl Runtime {
         &self.inner.metrics
     }
 
-    /// The metrics of the work queues (register them once).
+    /// The metrics of every work queue made by [`Runtime::queue`] (register them once).
     pub fn queue_metrics(&self) -> &Arc<QueueMetrics> {
         &self.inner.queue_metrics
     }
 
-    /// A work queue ([`queue`]) reporting to this runtime's queue metrics, started once `gate`
-    /// opens; run it on a task of this runtime.
+    /// A work queue reporting to this runtime's [`Runtime::queue_metrics`], handing out nothing
+    /// before `gate` opens. Run it with [`WorkQueue::run`] on a task of this runtime
+    /// ([`Runtime::spawn`]), so it ends with it.
     pub fn queue<K, V>(&self, config: QueueConfig, gate: Gate) -> WorkQueue<K, V>
     where
-        K: std::hash::Hash + Eq + Ord + Clone + Send + Sync + 'static,
+        K: Hash + Eq + Ord + Clone + Send + Sync + 'static,
         V: queue::Payload,
     {
         WorkQueue::new(config, gate, self.inner.queue_metrics.clone())

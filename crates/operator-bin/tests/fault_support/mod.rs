@@ -523,8 +523,11 @@ impl World {
             d.metadata.annotations
         );
         // At least one request is proven by `wait_converged` (requestedAt after the last change);
-        // Events may be fewer than requests when their own writes fail, never more.
-        let requests = self.events("Kustomization", "app", "ConfigChanged").await;
+        // Events may be fewer than requests when their own writes fail, never more. A fired
+        // change that requested the Kustomization (its only referrer) is one Event on the
+        // ConfigMap; a request of the start-up catch-up is one on the Kustomization.
+        let requests = self.events("ConfigMap", "settings", "ConfigChanged").await
+            + self.events("Kustomization", "app", "ConfigChanged").await;
         assert!(
             requests <= changes,
             "{requests} reconcile requests for {changes} changes"

@@ -278,3 +278,62 @@ async fn the_initial_state_is_one_shared_snapshot_counted_as_unread_until_handed
     next(&mut sub, 2).await;
     assert_eq!(sub.stats.queued.load(Ordering::Acquire), 0);
 }
+
+/// An API server whose watch cache has not caught up yet: `b` was written just before the watch
+/// started, so a streaming list served from the cache as it is (`resourceVersion=0`) lacks it
+/// and sends it as a change after the list; a consistent one (no resourceVersion: the server
+/// waits until its cache holds everything written before the request) holds it. Resumed watches
+/// wait forever.
+fn lagging_watch_cache() -> kube::Client {
+    use kube::client::Body;
+    crate::client::from_fn(|request: http::Request<Body>| async move {
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let pairs: Vec<&str> = query.split('&').collect();
+        if !pairs.contains(&"sendInitialEvents=true") {
+            return std::future::pending().await;
+        }
+        let object = |name: &str, version: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": version}})
+        };
+        let bookmark = |version: &str| {
+            serde_json::json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"resourceVersion": version,
+                             "annotations": {"k8s.io/initial-events-end": "true"}}}})
+        };
+        let added = |o| serde_json::json!({"type": "ADDED", "object": o});
+        let events = if pairs.contains(&"resourceVersion=0") {
+            vec![
+                added(object("a", "1")),
+                bookmark("1"),
+                added(object("b", "2")),
+            ]
+        } else {
+            vec![
+                added(object("a", "1")),
+                added(object("b", "2")),
+                bookmark("2"),
+            ]
+        };
+        let body: String = events.iter().map(|e| format!("{e}\n")).collect();
+        http::Response::new(Body::from(body.into_bytes()))
+    })
+}
+
+#[tokio::test]
+async fn a_streaming_list_holds_everything_written_before_the_watch_started() {
+    let runtime = crate::Runtime::new(lagging_watch_cache())
+        .with_initial_list(crate::InitialList::StreamingList);
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(runtime.client(), "ns");
+    let health = Health::new("test");
+    let informer = runtime.informer(api, watcher::Config::default(), "ConfigMap", &health);
+    let mut sub = informer.subscribe("test");
+    let mut initial = next(&mut sub, 2).await;
+    initial.sort();
+    assert_eq!(
+        initial,
+        ["initial a@1", "initial b@2"],
+        "b, written before the watch started, is in the first list, not a change after it"
+    );
+    assert_eq!(next(&mut sub, 1).await, ["listed"]);
+}

@@ -67,6 +67,7 @@ use crate::index::{DependencyOrder, ReverseIndex};
 use crate::refs::{ConfigKey, ConfigKind, ObjectRef, ReferenceSet, flux_reference_problems};
 use crate::trigger::{self, Decision, Event as ConfigEvent, Mode, Observed, Trigger, Why};
 use conflux_runtime::configs::{ConfigResource, ConfigWatches};
+use conflux_runtime::queue::{Gate, Opening};
 use conflux_runtime::sync::{lock, read, write};
 
 /// Labels of a ConfigMap/Secret event seen by the trigger.
@@ -419,6 +420,8 @@ pub struct ConfigTrigger {
     index: ReferrerIndex,
     client: Client,
     concurrent: usize,
+    /// Parts of a start gate, opened once each kind's baseline is recorded.
+    baselines: Arc<Mutex<Vec<(ConfigKind, Opening)>>>,
 }
 
 impl std::fmt::Debug for ConfigTrigger {
@@ -438,12 +441,26 @@ impl ConfigTrigger {
             index,
             client,
             concurrent: 4,
+            baselines: Arc::default(),
         }
     }
 
     /// Reads at most `concurrent` objects at once when recording data-hash baselines.
     pub fn concurrent(mut self, concurrent: usize) -> Self {
         self.concurrent = concurrent.max(1);
+        self
+    }
+
+    /// Holds `gate` closed until both kinds' baselines are recorded (a part per kind, `baseline
+    /// ConfigMap` and `baseline Secret`): what a controller decides from then on compares with
+    /// the state the trigger fires against.
+    pub fn with_gate(self, gate: &Gate) -> Self {
+        {
+            let mut baselines = lock(&self.baselines);
+            for kind in [ConfigKind::ConfigMap, ConfigKind::Secret] {
+                baselines.push((kind, gate.part(&format!("baseline {kind}"))));
+            }
+        }
         self
     }
 
@@ -475,16 +492,22 @@ fn watch_kind<K: ConfigResource>(
 ) -> impl Future<Output = ()> + Send + 'static {
     let informer = configs.informer::<K>();
     let sub = informer.subscribe(&format!("trigger {}", K::KIND.as_str()));
-    let store = informer.store();
+    let kind: ConfigKind = K::KIND.into();
+    let opening = {
+        let mut baselines = lock(&trigger.baselines);
+        let at = baselines.iter().position(|(k, _)| *k == kind);
+        at.map(|at| baselines.swap_remove(at).1)
+    };
     async move {
         trigger.index.wait_synced().await;
-        let mut state = KindState {
+        let mut state = KindState::<K> {
             trigger: &trigger,
-            kind: K::KIND.into(),
-            store,
-            hashes: HashMap::new(),
-            baseline_done: false,
+            kind,
+            hashes: DataHashes::default(),
+            baseline: Vec::new(),
+            opening,
             tx,
+            _kind: std::marker::PhantomData,
         };
         let mut sub = sub;
         while let Some((change, previous)) = sub.recv_with_previous().await {
@@ -494,19 +517,75 @@ fn watch_kind<K: ConfigResource>(
 }
 
 /// SHA-256 of what a ConfigMap/Secret holds.
-type DataHash = [u8; 32];
+pub(crate) type DataHash = [u8; 32];
+
+/// Data hashes of ConfigMaps/Secrets, each with the resourceVersion of the object it was read
+/// from. A hash stands for a version only when it was read at that version: a read made after an
+/// event may already hold a newer change, and taking it for the version before that change would
+/// make the change look like no change at all (a lost trigger).
+#[derive(Debug, Default)]
+pub(crate) struct DataHashes {
+    read: Mutex<HashMap<ConfigKey, (String, DataHash)>>,
+}
+
+impl DataHashes {
+    /// The hash of `key` as of `resource_version`, if one was read at that version.
+    pub(crate) fn at(&self, key: &ConfigKey, resource_version: &str) -> Option<DataHash> {
+        lock(&self.read)
+            .get(key)
+            .filter(|(rv, _)| rv == resource_version)
+            .map(|(_, hash)| *hash)
+    }
+
+    /// Records the hash of `key` read at `resource_version`.
+    pub(crate) fn insert(&self, key: ConfigKey, resource_version: String, hash: DataHash) {
+        lock(&self.read).insert(key, (resource_version, hash));
+    }
+
+    /// Forgets `key` (deleted).
+    pub(crate) fn remove(&self, key: &ConfigKey) {
+        lock(&self.read).remove(key);
+    }
+
+    /// How many objects have a hash.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.read).len()
+    }
+
+    /// The hash of `key` at `resource_version`: recorded, or read now (and recorded at the
+    /// version read, which may be newer). `None` when the object is gone or cannot be read.
+    pub(crate) async fn get_or_read(
+        &self,
+        client: &Client,
+        key: &ConfigKey,
+        resource_version: &str,
+    ) -> crate::Result<Option<DataHash>> {
+        if let Some(hash) = self.at(key, resource_version) {
+            return Ok(Some(hash));
+        }
+        let read = fetch_data_hash(client, key.kind, &key.namespace, &key.name).await?;
+        Ok(read.map(|(rv, hash)| {
+            self.insert(key.clone(), rv, hash);
+            hash
+        }))
+    }
+}
 
 /// What the trigger remembers of one kind between events. The previous version of an object
 /// (to tell create from update, and its resourceVersion) comes with each change from the shared
-/// informer; only the data hashes of the objects hashed (data-hash mode: referenced and
-/// matching) are kept here. Never the data itself.
+/// informer; only the data hashes of the objects hashed (data-hash mode: referenced) are kept
+/// here, each with the version it was read at. Never the data itself.
 struct KindState<'a, K: ConfigResource> {
     trigger: &'a ConfigTrigger,
     kind: ConfigKind,
-    store: conflux_runtime::MetaStore<K>,
-    hashes: HashMap<(String, String), DataHash>,
-    baseline_done: bool,
+    hashes: DataHashes,
+    /// The referenced objects of the initial state and their versions (data-hash mode), hashed
+    /// once it is complete.
+    baseline: Vec<(ConfigKey, String)>,
+    /// The gate part to open once the baseline is recorded.
+    opening: Option<Opening>,
     tx: mpsc::UnboundedSender<Fired>,
+    _kind: std::marker::PhantomData<K>,
 }
 
 impl<K: ConfigResource> KindState<'_, K> {
@@ -516,13 +595,21 @@ impl<K: ConfigResource> KindState<'_, K> {
         previous: Option<Arc<PartialObjectMeta<K>>>,
     ) {
         match change {
-            Change::Initial(_) => {}
-            Change::InitDone => {
-                self.baseline_done = true;
-                if self.trigger.trigger.mode() == Mode::DataHash {
-                    self.record_baseline_hashes().await;
+            Change::Initial(meta) => {
+                let id = object_id(&meta.metadata);
+                if self.trigger.trigger.mode() == Mode::DataHash
+                    && self.trigger.index.is_referenced(self.kind, &id)
+                {
+                    let rv = meta.metadata.resource_version.clone().unwrap_or_default();
+                    self.baseline.push((self.key(&id), rv));
                 }
-                debug!(kind = %self.kind, objects = self.store.len(), hashed = self.hashes.len(), "trigger: baseline recorded");
+            }
+            Change::InitDone => {
+                self.record_baseline_hashes().await;
+                debug!(kind = %self.kind, hashed = self.hashes.len(), "trigger: baseline recorded");
+                if let Some(mut opening) = self.opening.take() {
+                    opening.open();
+                }
             }
             Change::Applied(meta) => {
                 let previous_rv =
@@ -531,7 +618,7 @@ impl<K: ConfigResource> KindState<'_, K> {
             }
             Change::Deleted(meta) => {
                 let id = object_id(&meta.metadata);
-                self.hashes.remove(&id);
+                self.hashes.remove(&self.key(&id));
                 let rv = previous
                     .as_ref()
                     .unwrap_or(&meta)
@@ -549,17 +636,33 @@ impl<K: ConfigResource> KindState<'_, K> {
         }
     }
 
+    fn key(&self, id: &(String, String)) -> ConfigKey {
+        ConfigKey::new(self.kind, id.0.as_str(), id.1.as_str())
+    }
+
     /// An object was created (`previous_rv` `None`) or updated.
     async fn on_apply(&mut self, meta: &kube::api::ObjectMeta, previous_rv: Option<String>) {
         let trigger = self.trigger;
         let id = object_id(meta);
+        let key = self.key(&id);
         let matched = trigger.trigger.selector().matches(&meta.labels);
         let new_rv = meta.resource_version.clone().unwrap_or_default();
-        let previous_hash = self.hashes.get(&id).copied();
+        // The hash of the version before this change, only if it was read at that version.
+        let previous_hash = previous_rv
+            .as_deref()
+            .and_then(|rv| self.hashes.at(&key, rv));
+        if previous_rv.is_none() {
+            // A new object: a hash left from an earlier object of the same name is stale.
+            self.hashes.remove(&key);
+        }
         let has_referrers = trigger.index.is_referenced(self.kind, &id);
         // Data is read only when it can matter: data-hash mode, a matching object, referrers.
         let data_hash = if trigger.trigger.mode() == Mode::DataHash && matched && has_referrers {
-            match fetch_data_hash(&trigger.client, self.kind, &id).await {
+            match self
+                .hashes
+                .get_or_read(&trigger.client, &key, &new_rv)
+                .await
+            {
                 Ok(hash) => hash,
                 Err(err) => {
                     warn!(kind = %self.kind, namespace = %id.0, name = %id.1, reason = err.reason(), error = %err, "trigger: cannot read data");
@@ -599,12 +702,13 @@ impl<K: ConfigResource> KindState<'_, K> {
         } else {
             ConfigChange::Updated
         };
-        if previous_rv.is_none() {
-            // A new object: a hash left from an earlier object of the same name is stale.
-            self.hashes.remove(&id);
-        }
-        if let Some(hash) = data_hash.or(previous_hash.filter(|_| previous_rv.is_some())) {
-            self.hashes.insert(id.clone(), hash);
+        if data_hash.is_none()
+            && let Some(hash) = previous_hash
+        {
+            // Not read now (not matching, or no referrers): the last data known stays the one
+            // the next read compares with; if this change did change the data, that read
+            // differs and fires.
+            self.hashes.insert(key, new_rv, hash);
         }
         self.fire(&id, change, decision);
     }
@@ -643,75 +747,64 @@ impl<K: ConfigResource> KindState<'_, K> {
         }
     }
 
-    /// Hashes of the data of every referenced object, once the baseline is complete.
+    /// Hashes the data of every referenced object of the initial state (data-hash mode). Each
+    /// hash is recorded at the version read, which is newer than the listed one when the object
+    /// changed since: then the hash is not taken for the listed version, and that change fires
+    /// when its event comes (taking it for the baseline would lose it).
     async fn record_baseline_hashes(&mut self) {
         let trigger = self.trigger;
-        let kind = self.kind;
-        let wanted: Vec<(String, String)> = self
-            .store
-            .state()
-            .iter()
-            .map(|meta| (meta.namespace().to_owned(), meta.name().to_owned()))
-            .filter(|id| trigger.index.is_referenced(kind, id))
-            .collect();
-        let hashes: Vec<_> = futures::stream::iter(wanted)
-            .map(|id| async move {
-                let hash = fetch_data_hash(&trigger.client, kind, &id)
-                    .await
-                    .ok()
-                    .flatten();
-                (id, hash)
+        let hashes = &self.hashes;
+        let wanted = std::mem::take(&mut self.baseline);
+        futures::stream::iter(wanted)
+            .for_each_concurrent(trigger.concurrent, |(key, rv)| async move {
+                // Unreadable: no hash, so the next change fires (it cannot be proven unchanged).
+                let _ = hashes.get_or_read(&trigger.client, &key, &rv).await;
             })
-            .buffer_unordered(trigger.concurrent)
-            .collect()
             .await;
-        // A deletion or re-creation seen meanwhile is handled by its own event, which comes next.
-        for (id, hash) in hashes {
-            if let Some(hash) = hash {
-                self.hashes.insert(id, hash);
-            }
-        }
     }
 }
 
-/// Reads one object and hashes its data; `None` when it no longer exists. The data is dropped
-/// right after hashing and never logged.
+/// Reads one object and hashes its data: its resourceVersion and hash, `None` when it no longer
+/// exists. The data is dropped right after hashing and never logged.
 pub(crate) async fn fetch_data_hash(
     client: &Client,
     kind: ConfigKind,
-    id: &(String, String),
-) -> crate::Result<Option<DataHash>> {
-    let action = format!("reading {kind} {}/{}", id.0, id.1);
+    namespace: &str,
+    name: &str,
+) -> crate::Result<Option<(String, DataHash)>> {
+    let action = format!("reading {kind} {namespace}/{name}");
     match kind {
         ConfigKind::ConfigMap => {
-            let api: Api<ConfigMap> = Api::namespaced(client.clone(), &id.0);
+            let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
             Ok(api
-                .get_opt(&id.1)
+                .get_opt(name)
                 .await
                 .map_err(conflux_runtime::Error::api(action))?
                 .map(|cm| {
                     let text = cm.data.unwrap_or_default();
                     let binary = cm.binary_data.unwrap_or_default();
-                    trigger::data_hash(
+                    let hash = trigger::data_hash(
                         "",
                         text.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
                         binary.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
-                    )
+                    );
+                    (cm.metadata.resource_version.unwrap_or_default(), hash)
                 }))
         }
         ConfigKind::Secret => {
-            let api: Api<Secret> = Api::namespaced(client.clone(), &id.0);
+            let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
             Ok(api
-                .get_opt(&id.1)
+                .get_opt(name)
                 .await
                 .map_err(conflux_runtime::Error::api(action))?
                 .map(|secret| {
                     let data = secret.data.unwrap_or_default();
-                    trigger::data_hash(
+                    let hash = trigger::data_hash(
                         secret.type_.as_deref().unwrap_or("Opaque"),
                         data.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())),
                         std::iter::empty(),
-                    )
+                    );
+                    (secret.metadata.resource_version.unwrap_or_default(), hash)
                 }))
         }
     }

@@ -25,24 +25,20 @@ mod certificates;
 mod labeller;
 mod registration;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use conflux_runtime::ConfigWatches;
-use conflux_runtime::MetaStore;
-use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::server::Server;
 use conflux_runtime::{Health, Runtime};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::{Method, Response, StatusCode};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::runtime::reflector::Store;
 use kube::{Client, ResourceExt};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -56,15 +52,8 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use tracing::{debug, info, warn};
 
-use crate::ConfigSync;
-use crate::consent;
-use crate::copy_from::copy_source;
-use crate::protect::{
-    DEPENDENTS_ANNOTATION, Dependent, ENABLED_LABEL, PROTECTED_LABEL, Policy, Request, Verdict,
-    decide, dependents_annotation,
-};
-use crate::{Error, SourceKind};
-use conflux_runtime::sync::{lock, read, write};
+use crate::protect::{ENABLED_LABEL, PROTECTED_LABEL, Policy, Request, Verdict, decide};
+use conflux_runtime::sync::{read, write};
 
 pub use admission::Admission;
 use admission::*;
