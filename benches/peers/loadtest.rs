@@ -704,6 +704,7 @@ struct WorkloadRecord {
     spec: WorkloadSpec,
     created_rv: u64,
     deleted_rv: Option<u64>,
+    deleted_at: Option<Instant>,
 }
 
 /// Everything one measurement records, shared by its tasks.
@@ -715,6 +716,8 @@ struct Record {
     data_writes: Vec<AtomicU64>,
     workloads: Mutex<Vec<WorkloadRecord>>,
     rollouts: Mutex<Vec<Seen>>,
+    /// Pod template changes of the workloads (their creation first).
+    templates: Mutex<Vec<Seen>>,
     counter: AtomicU64,
 }
 
@@ -746,6 +749,7 @@ impl Record {
             data_writes: (0..groups.max(1)).map(|_| AtomicU64::new(0)).collect(),
             workloads: Mutex::default(),
             rollouts: Mutex::default(),
+            templates: Mutex::default(),
             counter: AtomicU64::new(0),
         }
     }
@@ -768,32 +772,27 @@ impl Record {
     }
 
     /// The pure view of what happened, for [`rollouts::judge`].
-    fn snapshot(
-        &self,
-    ) -> (
-        Vec<rollouts::Workload>,
-        Vec<rollouts::Write>,
-        Vec<rollouts::Rollout>,
-    ) {
+    fn judge(&self, coalescing: Coalescing) -> Verdict {
         let workloads = lock(&self.workloads).clone();
         let index: HashMap<(Kind, &str, &str), usize> = workloads
             .iter()
             .enumerate()
             .map(|(i, w)| ((w.spec.kind, w.spec.ns.as_str(), w.spec.name.as_str()), i))
             .collect();
-        let seen = lock(&self.rollouts).clone();
-        let rollouts = seen
-            .iter()
-            .filter_map(|s| {
-                let workload = *index.get(&(s.kind, s.ns.as_str(), s.name.as_str()))?;
-                Some(rollouts::Rollout {
-                    workload,
-                    at: s.at.saturating_duration_since(self.t0),
-                    rv: s.rv,
+        let pure = |seen: &Mutex<Vec<Seen>>| -> Vec<rollouts::Rollout> {
+            lock(seen)
+                .iter()
+                .filter_map(|s| {
+                    let workload = *index.get(&(s.kind, s.ns.as_str(), s.name.as_str()))?;
+                    Some(rollouts::Rollout {
+                        workload,
+                        at: s.at.saturating_duration_since(self.t0),
+                        rv: s.rv,
+                    })
                 })
-            })
-            .collect();
-        let pure = workloads
+                .collect()
+        };
+        let reads = workloads
             .iter()
             .map(|w| rollouts::Workload {
                 reads: w
@@ -805,15 +804,18 @@ impl Record {
                     .collect(),
                 created_rv: w.created_rv,
                 deleted_rv: w.deleted_rv,
+                deleted_at: w.deleted_at.map(|at| at.saturating_duration_since(self.t0)),
                 pause: w.spec.pause,
             })
-            .collect();
-        (pure, lock(&self.writes).clone(), rollouts)
-    }
-
-    fn judge(&self, coalescing: Coalescing) -> Verdict {
-        let (workloads, writes, rollouts) = self.snapshot();
-        rollouts::judge(&workloads, &writes, &rollouts, coalescing)
+            .collect::<Vec<_>>();
+        let writes = lock(&self.writes).clone();
+        rollouts::judge(
+            &reads,
+            &writes,
+            &pure(&self.rollouts),
+            &pure(&self.templates),
+            coalescing,
+        )
     }
 }
 
@@ -899,10 +901,65 @@ async fn watch_rollouts(client: &Client, record: &Arc<Record>) -> Vec<tokio::tas
             }
         })
     };
-    while listed.load(Ordering::Relaxed) < 2 {
+    let templates = vec![
+        watch_templates::<Deployment>(client, record, Kind::Deployment, &listed),
+        watch_templates::<StatefulSet>(client, record, Kind::StatefulSet, &listed),
+        watch_templates::<DaemonSet>(client, record, Kind::DaemonSet, &listed),
+    ];
+    while listed.load(Ordering::Relaxed) < 5 {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    vec![rs, cr]
+    let mut tasks = vec![rs, cr];
+    tasks.extend(templates);
+    tasks
+}
+
+/// Records each new pod template of the workloads of `kind` (a hash of `spec.template`), the
+/// creation included; counts `listed` up once listed.
+fn watch_templates<K>(
+    client: &Client,
+    record: &Arc<Record>,
+    kind: Kind,
+    listed: &Arc<AtomicUsize>,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let (record, listed) = (record.clone(), listed.clone());
+    let api: Api<K> = Api::all(client.clone());
+    tokio::spawn(async move {
+        let mut templates: HashMap<String, u64> = HashMap::new();
+        let mut stream = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    listed.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(watcher::Event::Apply(object) | watcher::Event::InitApply(object)) => {
+                    let template = serde_json::to_value(&object)
+                        .ok()
+                        .and_then(|v| v.pointer("/spec/template").map(Value::to_string))
+                        .unwrap_or_default();
+                    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                    std::hash::Hash::hash(&template, &mut hasher);
+                    let hash = std::hash::Hasher::finish(&hasher);
+                    let uid = object.meta().uid.clone().unwrap_or_default();
+                    if templates.insert(uid, hash) == Some(hash) {
+                        continue;
+                    }
+                    lock(&record.templates).push(Seen {
+                        kind,
+                        ns: object.meta().namespace.clone().unwrap_or_default(),
+                        name: object.meta().name.clone().unwrap_or_default(),
+                        at: Instant::now(),
+                        rv: rv_of(&object),
+                    });
+                }
+                _ => {}
+            }
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1057,6 +1114,7 @@ async fn run_loop(
                         spec,
                         created_rv: rv,
                         deleted_rv: None,
+                        deleted_at: None,
                     });
                     created += 1;
                 }
@@ -1070,6 +1128,7 @@ async fn run_loop(
                             .find(|w| w.spec.name == name)
                         {
                             w.deleted_rv = Some(rv);
+                            w.deleted_at = Some(Instant::now());
                         }
                     }
                 }
@@ -1269,6 +1328,7 @@ async fn measure_on(
             spec: spec.clone(),
             created_rv: rv,
             deleted_rv: None,
+            deleted_at: None,
         });
     }
     crate::world::quiet(&client).await;
@@ -1396,7 +1456,7 @@ fn row_line(row: &Row) -> String {
         expected.push_str(&format!("; `last-reloaded-from` on {with}/{of}"));
     }
     format!(
-        "| {} | {}/{} | {} | {} | {} | {} | {} · {} · {} | {:.1} | {:.1} | {} / {} |",
+        "| {} | {}/{} | {} | {} | {} | {} | {} ({} · {} · {}) | {:.1} | {:.1} | {} / {} | {} / {} |",
         row.name,
         v.final_reached,
         v.final_of,
@@ -1404,6 +1464,7 @@ fn row_line(row: &Row) -> String {
         v.settled,
         expected,
         row.data_writes,
+        audit::total(start) + audit::total(changes) + audit::total(quiet),
         audit::total(start),
         audit::total(changes),
         audit::total(quiet),
@@ -1411,6 +1472,8 @@ fn row_line(row: &Row) -> String {
         row.cpu,
         ms(&v.latencies, 50.0),
         ms(&v.latencies, 99.0),
+        ms(&v.template_latencies, 50.0),
+        ms(&v.template_latencies, 99.0),
     )
 }
 
@@ -1437,8 +1500,8 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
             String::new(),
             format!("Reloader's {}: {}.", scenario.id, scenario.reloader),
             String::new(),
-            "| contender | final values reached | rollouts | settled states | Reloader's expected reloads | data changes | requests: start-up · changes · quiet | peak RSS MiB | CPU s | change → rollout p50 / p99 ms |".into(),
-            "|---|---|---|---|---|---|---|---|---|---|".into(),
+            "| contender | final values reached | rollouts | settled states | Reloader's expected reloads | data changes | requests (start-up · changes · quiet) | peak RSS MiB | CPU s | change → rollout p50 / p99 ms | change → template p50 / p99 ms |".into(),
+            "|---|---|---|---|---|---|---|---|---|---|---|".into(),
         ];
         for slot in contenders(peers, scenario) {
             if !settings.includes(&slot.name) {
@@ -1447,10 +1510,19 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
             let contender = match &slot.contender {
                 Ok(c) => c,
                 Err(why) => {
-                    table.push(format!("| {} | not run: {why} |||||||||", slot.name));
+                    table.push(format!("| {} | not run: {why} ||||||||||", slot.name));
                     continue;
                 }
             };
+            println!(
+                "peers: loadtest {} {}: {} (load average {})",
+                scenario.id,
+                slot.name,
+                contender.command_line(),
+                std::fs::read_to_string("/proc/loadavg")
+                    .unwrap_or_default()
+                    .trim()
+            );
             let started = Instant::now();
             match measure(scenario, contender, &slot.name, &options).await {
                 Ok(row) => {
@@ -1479,7 +1551,7 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
                         "peers: loadtest {} {}: failed: {err:#}",
                         scenario.id, slot.name
                     );
-                    table.push(format!("| {} | failed: {err:#} |||||||||", slot.name));
+                    table.push(format!("| {} | failed: {err:#} ||||||||||", slot.name));
                 }
             }
         }

@@ -59,6 +59,8 @@ pub struct Workload {
     /// The resourceVersion of its deletion, when it was deleted during the measurement: it is
     /// then left out of the final values, and writes after it are not its changes.
     pub deleted_rv: Option<u64>,
+    /// When it was deleted: a settled change whose rollout would come later needs none.
+    pub deleted_at: Option<Duration>,
     /// Its `deployment.reloader.stakater.com/pause-period`.
     pub pause: Option<Duration>,
 }
@@ -79,7 +81,17 @@ pub struct Coalescing {
 /// rollout (the last change of the run plus `window`) for `pause`, and changes whose own rollout
 /// would land before it resumes are in the same new ReplicaSet.
 pub fn settled_states(times: &[Duration], coalescing: Coalescing, pause: Option<Duration>) -> u64 {
-    let mut count = 0;
+    ideal_rollouts(times, coalescing, pause).len() as u64
+}
+
+/// When the ideal reloader of [`settled_states`] rolls: the last change of each settled change
+/// plus the window.
+pub fn ideal_rollouts(
+    times: &[Duration],
+    coalescing: Coalescing,
+    pause: Option<Duration>,
+) -> Vec<Duration> {
+    let mut out = Vec::new();
     let mut i = 0;
     while i < times.len() {
         let first = times[i];
@@ -92,7 +104,7 @@ pub fn settled_states(times: &[Duration], coalescing: Coalescing, pause: Option<
             last = times[i];
             i += 1;
         }
-        count += 1;
+        out.push(last + coalescing.window);
         if let Some(pause) = pause {
             let resumes = last + coalescing.window + pause;
             while i < times.len() && times[i] + coalescing.window <= resumes {
@@ -100,7 +112,7 @@ pub fn settled_states(times: &[Duration], coalescing: Coalescing, pause: Option<
             }
         }
     }
-    count
+    out
 }
 
 /// The verdict on one measurement.
@@ -122,13 +134,19 @@ pub struct Verdict {
     pub latencies: Vec<Duration>,
     /// Data changes (per workload reading them) that no rollout followed.
     pub never_rolled: usize,
+    /// As `latencies`, until the workload's first pod template change after the change (what
+    /// the reloader writes; paused Deployments and a busy kube-controller-manager roll later).
+    pub template_latencies: Vec<Duration>,
 }
 
-/// Judges `rollouts` against `writes` for `workloads`.
+/// Judges `rollouts` against `writes` for `workloads`. `templates` are the pod template changes
+/// seen by a watch of the workloads themselves (the first of each being its creation): what the
+/// reloader wrote, before kube-controller-manager turns it into a rollout.
 pub fn judge(
     workloads: &[Workload],
     writes: &[Write],
     rollouts: &[Rollout],
+    templates: &[Rollout],
     coalescing: Coalescing,
 ) -> Verdict {
     let mut verdict = Verdict::default();
@@ -152,16 +170,27 @@ pub fn judge(
             .collect();
         let mut times: Vec<Duration> = changes.iter().map(|w| w.at).collect();
         times.sort();
-        let settled = settled_states(&times, coalescing, workload.pause);
+        let settled = ideal_rollouts(&times, coalescing, workload.pause)
+            .iter()
+            .filter(|at| workload.deleted_at.is_none_or(|gone| **at < gone))
+            .count() as u64;
         verdict.settled += settled;
         if made.len() as u64 > settled {
             verdict.workloads_over += 1;
         }
+        let mut written: Vec<&Rollout> = templates.iter().filter(|t| t.workload == index).collect();
+        written.sort_by_key(|t| t.rv);
+        let written = written.get(1..).unwrap_or_default();
         for change in &changes {
             match made.iter().find(|r| r.rv > change.rv) {
                 Some(r) => verdict.latencies.push(r.at.saturating_sub(change.at)),
                 None if workload.deleted_rv.is_some() => {}
                 None => verdict.never_rolled += 1,
+            }
+            if let Some(t) = written.iter().find(|t| t.rv > change.rv) {
+                verdict
+                    .template_latencies
+                    .push(t.at.saturating_sub(change.at));
             }
         }
         if workload.deleted_rv.is_some() {
@@ -236,6 +265,7 @@ mod tests {
             reads: configs.to_vec(),
             created_rv,
             deleted_rv: None,
+            deleted_at: None,
             pause: None,
         }
     }
@@ -263,7 +293,21 @@ mod tests {
             // workload 2: one rollout after both configs' changes
             rollout(2, 11.0, 120),
         ];
-        let v = judge(&workloads, &writes, &rollouts, TWO);
+        // Template changes: creations, then workload 2's written at 10.5 s.
+        let templates = [
+            rollout(0, 0.0, 15),
+            rollout(1, 0.0, 16),
+            rollout(2, 0.0, 17),
+            rollout(2, 10.5, 119),
+        ];
+        let v = judge(&workloads, &writes, &rollouts, &templates, TWO);
+        let mut written: Vec<u128> = v
+            .template_latencies
+            .iter()
+            .map(Duration::as_millis)
+            .collect();
+        written.sort();
+        assert_eq!(written, [1500, 5400, 5500]);
         assert_eq!((v.final_reached, v.final_of), (2, 3));
         assert_eq!(v.rollouts, 3);
         // 0: one burst; 1: one change; 2: the burst and, 3.9 s later, the change of config 1.
@@ -278,9 +322,23 @@ mod tests {
     }
 
     #[test]
+    fn a_workload_deleted_before_its_ideal_rollout_needs_none() {
+        let mut gone = reads(&[0], 10);
+        gone.deleted_rv = Some(50);
+        gone.deleted_at = Some(s(2.5));
+        let writes = [
+            write(0, 0.0, 1, WriteKind::Create),
+            write(0, 1.0, 40, WriteKind::Data),
+        ];
+        let v = judge(&[gone], &writes, &[rollout(0, 0.5, 11)], &[], TWO);
+        assert_eq!((v.settled, v.rollouts, v.final_of), (0, 0, 0));
+    }
+
+    #[test]
     fn deleted_and_late_workloads() {
         let mut gone = reads(&[0], 10);
         gone.deleted_rv = Some(50);
+        gone.deleted_at = Some(s(3.5));
         let late = reads(&[0], 60);
         let writes = [
             write(0, 0.0, 1, WriteKind::Create),
@@ -290,11 +348,11 @@ mod tests {
         // The late workload's only ReplicaSet is its creation, after the last write: its pods read
         // it, no rollout is needed.
         let rollouts = [rollout(0, 0.5, 11), rollout(1, 2.5, 71)];
-        let v = judge(&[gone, late], &writes, &rollouts, TWO);
+        let v = judge(&[gone, late], &writes, &rollouts, &[], TWO);
         assert_eq!((v.final_reached, v.final_of), (1, 1));
         assert_eq!(v.rollouts, 0);
-        // The deleted one had one change in its life and went before a rollout: a settled state,
-        // but not a lost value.
+        // The deleted one had one change in its life and went 2.5 s later, after its ideal
+        // rollout: a settled state, and not a lost value when it went first.
         assert_eq!(v.settled, 1);
         assert_eq!(v.never_rolled, 0);
         assert_eq!(v.workloads_over, 0);
