@@ -14,6 +14,10 @@
 //!   until a watch sees every copy, requests, copies left behind.
 //! - **watch-configs**: one labelled ConfigMap referenced by 1,000 Kustomizations changes: time until
 //!   every Kustomization was asked to reconcile, requests, memory.
+//! - **loadtest**: Reloader's own load-test scenarios S1–S13 (`loadtest.rs`), conflux against
+//!   Reloader, each scenario and contender on a fresh cluster of its own: final values reached,
+//!   rollouts against the settled states, requests, peak RSS, change → rollout p50/p99. Not in
+//!   the default list; `PEERS_SCENARIOS=loadtest` runs it.
 //!
 //! ```text
 //! benches/peers/build.sh                 # the peers (what builds here), cached
@@ -28,7 +32,12 @@
 //! `PEERS_WORKLOADS` (2000), `PEERS_KUSTOMIZATIONS` (1000), `PEERS_QUIET_SECS` (300),
 //! `PEERS_CHANGES` (100), `PEERS_FLIP_SECS` (60), `PEERS_RESTART_WORKLOADS` (1000),
 //! `PEERS_REAPPLY_ROUNDS` (3), `PEERS_FANOUT` (1000), `PEERS_FANOUT_TIMEOUT_SECS` (300), `PEERS_ONLY` (contender names, comma-separated).
+//! The loadtest's: `PEERS_LOADTEST` (scenario ids, `S1,S4,...`, default all),
+//! `PEERS_LOADTEST_DURATION_SECS` (60, Reloader's `--duration`), `PEERS_LOADTEST_WINDOW_MS` (2000,
+//! the ideal reloader's coalescing window), `PEERS_LOADTEST_WINDOW_MAX_SECS` (300),
+//! `PEERS_LOADTEST_SETTLE_SECS` (120), `PEERS_LOADTEST_SEED`.
 
+mod loadtest;
 mod scenarios;
 mod world;
 
@@ -127,15 +136,30 @@ async fn main() -> anyhow::Result<()> {
             Err(why) => println!("peers: {}: not run: {why}", slot.name),
         }
     }
-    let world = world::World::start().await?;
+    // The shared cluster, for the scenarios that use it (the loadtest starts its own).
+    let mut shared = None;
     for scenario in scenarios.split(',').map(str::trim) {
         let started = std::time::Instant::now();
+        if scenario == "loadtest" {
+            loadtest::run(&peers, &settings).await?;
+            println!(
+                "peers: scenario {scenario} took {:.0} s",
+                started.elapsed().as_secs_f64()
+            );
+            continue;
+        }
+        if shared.is_none() {
+            shared = Some(world::World::start().await?);
+        }
+        let Some(world) = shared.as_ref() else {
+            continue;
+        };
         match scenario {
-            "scale" => scenarios::scale(&world, &peers, &settings).await?,
-            "rollout" => scenarios::rollout(&world, &peers, &settings).await?,
-            "storms" => scenarios::storms(&world, &peers, &settings).await?,
-            "fanout" => scenarios::fanout(&world, &peers, &settings).await?,
-            "watch-configs" => scenarios::watch_configs(&world, &peers, &settings).await?,
+            "scale" => scenarios::scale(world, &peers, &settings).await?,
+            "rollout" => scenarios::rollout(world, &peers, &settings).await?,
+            "storms" => scenarios::storms(world, &peers, &settings).await?,
+            "fanout" => scenarios::fanout(world, &peers, &settings).await?,
+            "watch-configs" => scenarios::watch_configs(world, &peers, &settings).await?,
             other => anyhow::bail!("unknown scenario {other}"),
         }
         println!(

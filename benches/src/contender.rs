@@ -243,6 +243,21 @@ impl Running {
         self.stop();
     }
 
+    /// Stops it as Kubernetes deletes a pod: SIGTERM, then SIGKILL after `grace`. Returns its peak
+    /// RSS in MiB.
+    pub async fn terminate(mut self, grace: Duration) -> f64 {
+        let peak = self.peak_rss_mib();
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .status();
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && matches!(self.child.try_wait(), Ok(None)) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.stop();
+        peak
+    }
+
     fn stop(&mut self) {
         self.done.store(true, Ordering::Relaxed);
         let _ = self.child.kill();

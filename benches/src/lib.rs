@@ -10,6 +10,7 @@ pub mod audit;
 pub mod contender;
 pub mod fanout;
 pub mod reload;
+pub mod rollouts;
 
 use std::future::Future;
 use std::time::Duration;

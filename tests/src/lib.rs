@@ -71,7 +71,32 @@ pub fn flux_cluster() -> &'static Cluster {
     }
 }
 
+/// A control plane of its own in `dir` (a cluster left there before is stopped and the directory
+/// emptied first), not shared with [`cluster`]: for a benchmark that wants a fresh cluster per
+/// measurement. Stop it with [`Cluster::down`]; it is stopped when this process ends in any case.
+///
+/// # Errors
+/// When the cluster cannot be built or started, with the reason.
+pub fn fresh_cluster(dir: &Path) -> Result<Cluster, String> {
+    let script = repo_root().join("hack/cluster.sh");
+    stop(&script, dir);
+    // Nothing of an earlier cluster there (its etcd data above all) may be reused.
+    let _ = std::fs::remove_dir_all(dir);
+    start_in(dir, false)
+}
+
 fn start(flux: bool) -> Result<Cluster, String> {
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "test".to_owned());
+    let dir = repo_root()
+        .join("target/test-clusters")
+        .join(format!("{binary}-{}", std::process::id()));
+    start_in(&dir, flux)
+}
+
+fn start_in(dir: &Path, flux: bool) -> Result<Cluster, String> {
     let root = repo_root();
     let script = root.join("hack/cluster.sh");
     let flux_arg: &[&str] = if flux { &["--flux"] } else { &[] };
@@ -86,14 +111,7 @@ fn start(flux: bool) -> Result<Cluster, String> {
     if !build.success() {
         return Err(format!("`{} build` failed ({build})", script.display()));
     }
-
-    let binary = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .unwrap_or_else(|| "test".to_owned());
-    let dir = root
-        .join("target/test-clusters")
-        .join(format!("{binary}-{}", std::process::id()));
+    let dir = dir.to_path_buf();
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
 
     let up = Command::new("bash")
@@ -183,6 +201,11 @@ fn stop(script: &Path, dir: &Path) {
 }
 
 impl Cluster {
+    /// Stops exactly the processes of this cluster (`hack/cluster.sh down`); its directory stays.
+    pub fn down(&self) {
+        stop(&repo_root().join("hack/cluster.sh"), &self.dir);
+    }
+
     /// Directory holding the cluster's data, logs, pid files and kubeconfig.
     pub fn dir(&self) -> &Path {
         &self.dir

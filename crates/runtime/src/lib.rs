@@ -103,7 +103,6 @@ pub struct Runtime {
 struct Inner {
     client: Client,
     metrics: Arc<WatchMetrics>,
-    queue_metrics: Arc<QueueMetrics>,
     health: Arc<Health>,
     stall_after: Duration,
     initial_list: InitialList,
@@ -125,7 +124,6 @@ impl Inner {
         Inner {
             client: self.client.clone(),
             metrics: self.metrics.clone(),
-            queue_metrics: self.queue_metrics.clone(),
             health: self.health.clone(),
             stall_after: self.stall_after,
             initial_list: self.initial_list,
@@ -173,7 +171,6 @@ impl Runtime {
         Runtime::from(Inner {
             client: client::with_timeouts(client, client::REQUEST_TIMEOUT),
             metrics: Arc::default(),
-            queue_metrics: Arc::default(),
             health: Arc::new(Health::new("conflux")),
             stall_after: DEFAULT_STALL_AFTER,
             initial_list: InitialList::default(),
