@@ -1034,4 +1034,3 @@ fn cpu_now(world: &World, running: &conflux_benches::contender::Running) -> [f64
     };
     [running.cpu_seconds(), of("kube-apiserver"), of("etcd")]
 }
-

@@ -162,10 +162,11 @@ async fn main() {
     };
     // On the harness's own cluster the start-ups run as its audited user, and their requests
     // are counted from the audit log.
-    let audited: Option<(PathBuf, PathBuf)> = std::env::var("SCALE_KUBECONFIG").is_err().then(|| {
-        let cluster = conflux_tests::cluster();
-        (cluster.kubeconfig_as("audited"), cluster.audit_log())
-    });
+    let audited: Option<(PathBuf, PathBuf)> =
+        std::env::var("SCALE_KUBECONFIG").is_err().then(|| {
+            let cluster = conflux_tests::cluster();
+            (cluster.kubeconfig_as("audited"), cluster.audit_log())
+        });
     let client = client_for(&kubeconfig).await;
     let started = Instant::now();
     populate_base(&client, namespaces, deployments, fanout).await;

@@ -301,9 +301,8 @@ impl Executor {
             }
             Err(err) => {
                 if self.failed(object, &err, "cannot request reconciliation") {
-                    let note = format!(
-                        "{cause} but requesting reconciliation failed: {err}; retrying"
-                    );
+                    let note =
+                        format!("{cause} but requesting reconciliation failed: {err}; retrying");
                     publish(
                         &self.recorder,
                         &reference,
