@@ -372,12 +372,17 @@ impl World {
             },
         )
         .await;
-        // In conflux's namespace: the default one, or the sources' (leader election tests).
+        // In conflux's namespace: the default one, the sources' (leader election tests), or the
+        // chart's (the image test installs conflux there).
         eventually(
             "Deployment baseline remembered",
             Duration::from_secs(60),
             || async {
-                for records in [runtime_namespace(), self.src.clone()] {
+                for records in [
+                    runtime_namespace(),
+                    self.src.clone(),
+                    "conflux-system".into(),
+                ] {
                     let found = conflux_tests::remembered_baseline(
                         &self.client,
                         &records,
