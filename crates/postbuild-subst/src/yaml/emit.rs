@@ -25,18 +25,12 @@ mod unicode;
 mod value;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
-use super::gofmt::{format_g, format_json_float};
 use super::resolve::{Resolved, resolve_plain};
-use super::scan::{Escape, escape, is_break, join_gap};
 use crate::Error;
-use base60::*;
-use emitter::*;
-use json_text::*;
-use key_order::*;
-use unicode::*;
-use value::*;
+use emitter::emit_document;
+use json_text::JsonReader;
+use value::node_from_value;
 
 /// `sigs.k8s.io/yaml.JSONToYAML` on a parsed value (what the resource layer uses).
 ///
@@ -141,6 +135,11 @@ fn reader_allows(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::base60::is_base60_float;
+    use super::emitter::{analyze_ascii, analyze_chars};
+    use super::key_order::{is_go_digit, is_go_letter, sorted_order};
+    use crate::yaml::gofmt::{format_g, format_json_float};
 
     fn j2y(json: &str) -> String {
         json_text_to_yaml(json).unwrap_or_else(|e| format!("ERR {e}"))

@@ -1,7 +1,18 @@
 //! The admission endpoint as a `tower` service: AdmissionReviews in, decisions of
 //! [`crate::protect::decide`] out. It knows nothing of TLS or sockets.
 
-use super::*;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::{Method, Response, StatusCode};
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use tracing::{debug, info};
+
+use super::{MAX_BODY, PATH, ProtectMetrics, WebhookLabels};
+use crate::protect::{Policy, Request, Verdict, decide};
 
 /// conflux's own identity in a Pod (`system:serviceaccount:<ns>:<name>`, from its token), so
 /// that its own writes (removing a protection that no longer applies) always pass.
@@ -19,7 +30,7 @@ pub(super) fn own_service_account() -> Option<String> {
 
 /// The admission endpoint as a `tower` service: `POST` [`PATH`] with an AdmissionReview, answered
 /// from the object's own labels ([`crate::protect::decide`]). It knows nothing of TLS or
-/// sockets; [`serve`] puts it behind conflux-runtime's HTTPS server. Cheap to clone.
+/// sockets; [`serve`](super::serve) puts it behind conflux-runtime's HTTPS server. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Admission {
     policy: Arc<Policy>,

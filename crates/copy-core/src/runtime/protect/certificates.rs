@@ -2,7 +2,24 @@
 //! [`CERT_SECRET`] and renewed 30 days before it expires; served through a resolver that swaps
 //! it in place.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use conflux_runtime::sync::read;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use kube::{Client, ResourceExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tracing::info;
+
+use super::{
+    CERT_RENEW_BEFORE, CERT_SECRET, CERT_VALIDITY_DAYS, NAMES_ANNOTATION, NOT_AFTER_ANNOTATION,
+    ProtectConfig, SERVICE,
+};
 
 /// The certificate the server presents, swapped in place when it changes.
 #[derive(Debug, Default)]

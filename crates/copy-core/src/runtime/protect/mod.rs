@@ -19,47 +19,40 @@
 //!
 //! Files: `admission` (the [`Admission`] service), `certificates`, `registration` and `labeller`;
 //! this one holds the settings, the metrics and [`serve`], which runs the first three.
+//!
+//! [`PROTECTED_LABEL`]: crate::protect::PROTECTED_LABEL
+//! [`ENABLED_LABEL`]: crate::protect::ENABLED_LABEL
+//! [`DEPENDENTS_ANNOTATION`]: crate::protect::DEPENDENTS_ANNOTATION
 
 mod admission;
 mod certificates;
 mod labeller;
 mod registration;
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
 use conflux_runtime::server::Server;
 use conflux_runtime::{Health, Runtime};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::{Method, Response, StatusCode};
-use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::{Client, ResourceExt};
+use kube::Client;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::{ClientHello, ResolvesServerCert};
-use rustls::sign::CertifiedKey;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
-use crate::protect::{ENABLED_LABEL, PROTECTED_LABEL, Policy, Request, Verdict, decide};
-use conflux_runtime::sync::{read, write};
+use crate::protect::Policy;
+use conflux_runtime::sync::write;
 
 pub use admission::Admission;
-use admission::*;
-use certificates::*;
+use admission::own_service_account;
+use certificates::{CertPem, CertResolver, generated_cert, read_cert_dir, tls_config};
 pub use labeller::{Context, run};
-use registration::*;
+use registration::register;
 
 /// Name of the ValidatingWebhookConfiguration conflux registers.
 pub const WEBHOOK_CONFIGURATION: &str = "conflux-protect";
@@ -262,6 +255,12 @@ async fn keep_certificate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use hyper::StatusCode;
+
+    use super::certificates::{cert_names, generate};
+    use crate::protect::PROTECTED_LABEL;
 
     #[test]
     fn a_generated_certificate_is_served_and_names_what_the_api_server_calls() {

@@ -1,6 +1,10 @@
 //! The ValidatingWebhookConfiguration [`WEBHOOK_CONFIGURATION`], applied with its CA bundle.
 
-use super::*;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::{FIELD_MANAGER, PATH, ProtectConfig, SERVICE, WEBHOOK_CONFIGURATION};
+use crate::protect::{ENABLED_LABEL, PROTECTED_LABEL};
 
 /// Applies the ValidatingWebhookConfiguration: one webhook per protecting label (an
 /// `objectSelector` cannot say "either label"), both calling the same path.

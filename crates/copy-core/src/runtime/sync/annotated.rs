@@ -10,7 +10,34 @@
 //! deleted by hand, or a conflicting object that goes away is never missed (the failures reflector
 //! and replicator users report: copies that stop until a restart).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use conflux_runtime::ConfigWatches;
+use conflux_runtime::configs::ConfigResource;
+use conflux_runtime::events::publish;
+use conflux_runtime::sync::{read, write};
+use conflux_runtime::{Health, Informer, Runtime};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
+use kube::ResourceExt;
+use kube::api::PartialObjectMeta;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
+use tracing::{debug, info, warn};
+
+use super::Context;
+use super::config_sync::{finish, report};
+use super::fan_out::{execute, fan_out_once, owner_list};
+use crate::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
+use crate::ownership::{
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_ANNOTATION, SOURCE_NAME_LABEL,
+    parse_source_annotation,
+};
+use crate::runtime::executor::{get_object, list_objects, object_reference};
+use crate::runtime::{concurrency, requeue_object};
+use crate::{Error, FanOut, Selection, SourceKind, SourceRef, plan_deletion, plan_sync};
 
 pub(super) async fn run_annotated<K: ConfigResource>(
     ctx: Arc<Context>,

@@ -1,7 +1,28 @@
 //! The ConfigSync controller: a cluster-scoped `ConfigSync` fans one ConfigMap or Secret out
 //! to the namespaces it selects; its status, Events and finalizer (deletion policy).
 
-use super::*;
+use std::sync::Arc;
+
+use conflux_runtime::{ConfigWatches, Informer};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PartialObjectMeta, Patch, PatchParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
+use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use tracing::{debug, info};
+
+use super::Context;
+use super::fan_out::{execute, fan_out_once, owner_list};
+use crate::config_sync::FINALIZER;
+use crate::ownership::{CONFIG_SYNC_LABEL, FIELD_MANAGER};
+use crate::runtime::copy::RESYNC_INTERVAL;
+use crate::runtime::executor::list_objects;
+use crate::runtime::{concurrency, requeue_after_error};
+use crate::status::SyncOutcome;
+use crate::{ConfigSync, Error, FanOut, SourceKind, plan_deletion};
 
 pub(super) async fn run_config_syncs(
     ctx: Arc<Context>,
@@ -118,7 +139,7 @@ pub(super) fn problem_key(reference: &ObjectReference) -> String {
     }
 }
 
-/// Reports a problem of the object behind `reference` once (see [`Problems`]).
+/// Reports a problem of the object behind `reference` once (see [`Problems`](conflux_runtime::events::Problems)).
 pub(super) async fn report(
     ctx: &Context,
     reference: &ObjectReference,

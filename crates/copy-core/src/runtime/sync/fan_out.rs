@@ -1,7 +1,21 @@
 //! The fan-out itself, shared by ConfigSyncs and annotated sources: plan, execute the steps
 //! `--concurrent` at a time, and report.
 
-use super::*;
+use std::collections::{BTreeMap, HashSet};
+
+use conflux_runtime::events::publish;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::ListParams;
+use kube::runtime::events::EventType;
+use tracing::info;
+
+use super::Context;
+use super::config_sync::{problem_key, report};
+use crate::runtime::ApplyLabels;
+use crate::runtime::executor::{apply, delete, get_object, list_objects, merge_patch, recreate};
+use crate::status::SyncOutcome;
+use crate::{Error, FanOut, NamespaceView, SourceKind, Step, plan_sync};
 
 /// Reads what the plan needs, plans, executes; the outcome says what happened.
 pub(super) async fn fan_out_once(

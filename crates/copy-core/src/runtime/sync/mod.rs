@@ -25,52 +25,33 @@
 //! Files: `config_sync` (the ConfigSync controller), `annotated` (the annotated-source
 //! controllers), `fan_out` (the fan-out both run); this one holds the settings, the shared context
 //! and the wiring.
+//!
+//! [`Controller`]: kube::runtime::controller::Controller
+//! [`plan_sync`]: crate::plan_sync
 
 mod annotated;
 mod config_sync;
 mod fan_out;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::{KeyedBackoff, Policy};
-use conflux_runtime::configs::ConfigResource;
-use conflux_runtime::events::{Problems, publish, recorder};
-use conflux_runtime::{Health, Informer, Runtime};
-use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, PartialObjectMeta, Patch, PatchParams};
-use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::events::{EventType, Recorder};
-use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
-use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
-use kube::{Client, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use conflux_runtime::events::{Problems, recorder};
+use conflux_runtime::{Informer, Runtime};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
+use kube::Client;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::events::Recorder;
 use watch_index::runtime::sharded;
 use watch_index::selector::Selector;
 
-use super::copy::RESYNC_INTERVAL;
-use super::executor::{
-    apply, delete, get_object, list_objects, merge_patch, object_reference, recreate,
-};
-use super::{ApplyLabels, CopyMetrics, concurrency, requeue_after_error, requeue_object};
-use crate::config_sync::FINALIZER;
-use crate::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY};
-use crate::ownership::{
-    CONFIG_SYNC_LABEL, FIELD_MANAGER, MANAGED_BY_LABEL, MANAGED_BY_VALUE, SOURCE_ANNOTATION,
-    SOURCE_NAME_LABEL, parse_source_annotation,
-};
-use crate::status::SyncOutcome;
-use crate::{
-    ConfigSync, Error, FanOut, NamespaceView, Selection, SourceKind, SourceRef, Step,
-    plan_deletion, plan_sync,
-};
-use annotated::*;
-use config_sync::*;
+use super::CopyMetrics;
+use crate::{ConfigSync, Error, SourceRef};
+use annotated::run_annotated;
+use config_sync::run_config_syncs;
 use conflux_runtime::sync::{read, write};
-use fan_out::*;
 
 /// Settings of the controller (from `conflux run` flags).
 #[derive(Debug, Clone)]
@@ -165,8 +146,12 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kube::runtime::reflector;
+    use kube::runtime::reflector::{self, Store};
     use kube::runtime::watcher::Event as WatchEvent;
+
+    use super::config_sync::syncs_concerned;
+    use crate::SourceKind;
+    use crate::ownership::CONFIG_SYNC_LABEL;
 
     fn store(syncs: &[(&str, serde_json::Value)]) -> Store<ConfigSync> {
         let (reader, mut writer) = reflector::store();

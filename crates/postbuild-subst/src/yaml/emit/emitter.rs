@@ -1,7 +1,13 @@
 //! The emitter (go-yaml v2 encode.go and emitterc.go, for the events Marshal produces here):
 //! style selection, quoting, escapes, literal blocks and folding at 80 columns.
 
-use super::*;
+use std::borrow::Cow;
+
+use super::base60::is_base60_float;
+use super::key_order::sorted_order;
+use super::{Node, resolves_to_non_string};
+use crate::yaml::gofmt::format_g;
+use crate::yaml::scan::is_break;
 
 pub(super) const BEST_WIDTH: usize = 80;
 pub(super) const BEST_INDENT: isize = 2;

@@ -1,7 +1,13 @@
 //! JSON text to the emitter's nodes: go-yaml's view of JSON, a YAML flow document (number
 //! literals kept, raw line breaks folded as the scanner does).
 
-use super::*;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use super::{CONTROL_CHARS, MAX_DEPTH, Node, reader_allows, yaml_err};
+use crate::Error;
+use crate::yaml::resolve::{Resolved, resolve_plain};
+use crate::yaml::scan::{Escape, escape, is_break, join_gap};
 
 /// A container being read, with the key of the value being read for a mapping.
 pub(super) enum ReadFrame<'a> {

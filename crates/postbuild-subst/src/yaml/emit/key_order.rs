@@ -1,6 +1,6 @@
 //! go-yaml v2's "natural" key order (sorter.go), for string keys.
 
-use super::*;
+use super::unicode::{DIGIT_RANGES, LETTER_RANGES};
 
 /// `keyList.Less` for two string keys: letters by code point, non-letters before letters, and
 /// digit runs compared as numbers.

@@ -1,7 +1,13 @@
 //! A parsed `serde_json::Value` to the emitter's nodes, replaying what Go's `json.Marshal` and
 //! go-yaml's reader would make of it.
 
-use super::*;
+use std::borrow::Cow;
+
+use super::json_text::JsonReader;
+use super::{CONTROL_CHARS, MAX_DEPTH, Node, depth_error, reader_allows, yaml_err};
+use crate::Error;
+use crate::yaml::gofmt::format_json_float;
+use crate::yaml::resolve::{Resolved, resolve_plain};
 
 /// A container being converted, with the children still to visit.
 pub(super) enum ValueFrame<'v> {
