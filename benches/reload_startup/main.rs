@@ -19,6 +19,8 @@
 //! 6. **A Secret flipping 10 times a second for `RELOAD_STARTUP_FLIP_SECS` (60) s**: rollouts of
 //!    the one workload reading it (at most 2 wanted), and the last value rolled.
 //!
+//! `RELOAD_STARTUP_ARGS` adds flags to conflux's (space-separated).
+//!
 //! ```text
 //! cargo build --release -p operator-bin
 //! cargo bench -p conflux-benches --bench reload_startup
@@ -182,6 +184,13 @@ fn conflux(bin: &std::path::Path) -> Contender {
         ]
         .iter()
         .map(|s| s.to_string())
+        // Extra flags, to compare settings (for example `--initial-list-strategy=...`).
+        .chain(
+            std::env::var("RELOAD_STARTUP_ARGS")
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(str::to_owned),
+        )
         .collect(),
         env: vec![("RUNTIME_NAMESPACE".into(), "conflux-system".into())],
         readiness: Some("/readyz".into()),
