@@ -368,6 +368,15 @@ async fn main() -> anyhow::Result<()> {
             config_map(&format!("{name}-cm"), &format!("change-{i}")),
         )
         .await?;
+        let answered = wrote.elapsed();
+        if answered > Duration::from_secs(1) {
+            // The clock starts before the write is sent: a slow answer to the bench's own write
+            // is in the latency, and said here.
+            println!(
+                "  change {i} ({key}): the API server answered the write after {:.0} ms",
+                answered.as_secs_f64() * 1000.0
+            );
+        }
         let at = wait_for("a new ReplicaSet", Duration::from_secs(60), || {
             let seen = seen.clone();
             let key = key.clone();

@@ -262,8 +262,9 @@ pub struct RunArgs {
 
     /// How each watch gets the objects that exist when it starts: `list-watch` (a paginated LIST,
     /// then a WATCH: any API server) or `streaming-list` (one WATCH that streams them first: the
-    /// API server's WatchList, on by default in Kubernetes 1.32 and from 1.34; slightly smaller,
-    /// but its first-list baseline raced an early change in a test, see docs/benchmarks.md).
+    /// API server's WatchList, on by default in Kubernetes 1.32 and from 1.34; fewer requests and
+    /// less memory, see docs/benchmarks.md; not the default because Kubernetes 1.33 serves it only
+    /// with the WatchList feature gate on, and a refused streaming list is not retried as a LIST).
     #[arg(long, value_enum, default_value = "list-watch")]
     pub initial_list_strategy: InitialListStrategy,
 

@@ -72,14 +72,15 @@ pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(300);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum InitialList {
     /// A paginated LIST, then a WATCH from its resourceVersion: every API server has it. The
-    /// default: with streaming lists, the flux-trigger's first-list baseline raced a change made
-    /// right after start in a cold CI run (the change was taken as the baseline, 2 runs in 3).
+    /// default, because Kubernetes 1.33 serves streaming lists only with its WatchList feature
+    /// gate on, and kube-runtime (unlike client-go) does not fall back to this when refused.
     #[default]
     ListWatch,
     /// One WATCH that streams the existing objects first (`sendInitialEvents`, the API server's
     /// WatchList feature: on by default in Kubernetes 1.32 and from 1.34, off in 1.33): no LIST
-    /// response is held in memory at once on either side. Slightly smaller in the scale run
-    /// (docs/benchmarks.md).
+    /// response is held in memory at once on either side. Fewer requests and less memory
+    /// (docs/benchmarks.md). Its reads are consistent (see
+    /// [`client::with_consistent_streaming_lists`]), so a change made just after start is a change.
     StreamingList,
 }
 
