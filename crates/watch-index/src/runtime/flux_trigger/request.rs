@@ -282,15 +282,7 @@ impl Executor {
                 // (`Step::Done`); a catch-up has no one config to name, so its Event is here.
                 if catch_up {
                     let note = format!("{cause}; requested reconciliation");
-                    publish(
-                        &self.recorder,
-                        &reference,
-                        EventType::Normal,
-                        "ConfigChanged",
-                        note,
-                        "RequestReconcile",
-                    )
-                    .await;
+                    self.config_changed(&reference, note).await;
                 }
                 (Next::Done, Outcome::Requested)
             }
@@ -362,9 +354,14 @@ impl Executor {
             name: Some(wave.source.name.to_string()),
             ..Default::default()
         };
+        self.config_changed(&reference, note).await;
+    }
+
+    /// The one Normal `ConfigChanged` Event a request is reported by.
+    async fn config_changed(&self, reference: &ObjectReference, note: String) {
         publish(
             &self.recorder,
-            &reference,
+            reference,
             EventType::Normal,
             "ConfigChanged",
             note,
