@@ -130,7 +130,7 @@ impl Sources {
 }
 
 /// Keeps [`PROTECTED_LABEL`] and [`DEPENDENTS_ANNOTATION`] on exactly the objects conflux copies
-/// from (see the [module docs](self)); readiness (under `protect/labels`) waits for the three
+/// from (see this module's docs); readiness (under `protect/labels`) waits for the three
 /// watches.
 pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     let health = runtime.health().part("protect").part("labels");
