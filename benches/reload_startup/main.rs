@@ -372,15 +372,12 @@ async fn main() -> anyhow::Result<()> {
                     .filter(|d| {
                         let status = d.status.as_ref();
                         status.and_then(|s| s.observed_generation) >= d.metadata.generation
-                            && status
-                                .and_then(|s| s.conditions.as_ref())
-                                .is_some_and(|c| {
-                                    c.iter().any(|c| {
-                                        c.type_.as_deref() == Some("Progressing")
-                                            && c.reason.as_deref()
-                                                == Some("NewReplicaSetAvailable")
-                                    })
+                            && status.and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                                c.iter().any(|c| {
+                                    c.type_.as_deref() == Some("Progressing")
+                                        && c.reason.as_deref() == Some("NewReplicaSetAvailable")
                                 })
+                            })
                     })
                     .count();
                 (caught_up >= workloads).then_some(())
