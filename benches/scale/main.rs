@@ -20,8 +20,8 @@
 //! `10000,40000,100000`; the older `SCALE_CONFIGS=n` means one step of n of each kind),
 //! `SCALE_NAMESPACES` (100), `SCALE_DEPLOYMENTS` (200), `SCALE_FANOUT` (ConfigSync target
 //! namespaces, 50), `SCALE_CHANGES` (measured changes, 20), `SCALE_ROUNDS` (start-ups per strategy
-//! and step, 2), `SCALE_STRATEGIES` (`list-watch,streaming-list`; the first is conflux's default
-//! and the one the goals judge). `SCALE_KUBECONFIG` runs against a cluster already up (objects of
+//! and step, 2), `SCALE_STRATEGIES` (`list-watch,streaming-list`; the first is the one the goals
+//! judge). `SCALE_KUBECONFIG` runs against a cluster already up (objects of
 //! a step that exist already are not written again) instead of starting one.
 //! Goals printed next to the numbers: at 100,000 configs peak RSS < 64 MB and ready < 3 s; one
 //! watch per kind.

@@ -31,6 +31,7 @@ mod error;
 pub mod events;
 pub mod health;
 pub mod informer;
+mod initial_list;
 pub mod lease;
 pub mod meta_store;
 pub mod metrics;
@@ -55,6 +56,7 @@ pub use configs::ConfigWatches;
 pub use error::{ApiError, Error};
 pub use health::{Health, Probe};
 pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
+pub use initial_list::InitialList;
 pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
 pub use queue::{Gate, Next, QueueConfig, QueueMetrics, Window, WorkQueue};
@@ -65,34 +67,6 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Default bound after which a subscriber that leaves events unread fails liveness.
 pub const DEFAULT_STALL_AFTER: Duration = Duration::from_secs(300);
-
-/// How a watch gets the objects that exist when it starts (kube-runtime's
-/// `InitialListStrategy`).
-#[non_exhaustive]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum InitialList {
-    /// A paginated LIST, then a WATCH from its resourceVersion: every API server has it. The
-    /// default, because Kubernetes 1.33 serves streaming lists only with its WatchList feature
-    /// gate on, and kube-runtime (unlike client-go) does not fall back to this when refused.
-    #[default]
-    ListWatch,
-    /// One WATCH that streams the existing objects first (`sendInitialEvents`, the API server's
-    /// WatchList feature: on by default in Kubernetes 1.32 and from 1.34, off in 1.33): no LIST
-    /// response is held in memory at once on either side. Fewer requests and less memory
-    /// (docs/benchmarks.md). Its reads are consistent (see
-    /// [`client::with_consistent_streaming_lists`]), so a change made just after start is a change.
-    StreamingList,
-}
-
-impl InitialList {
-    /// `config` with this strategy.
-    pub fn apply(self, config: watcher::Config) -> watcher::Config {
-        match self {
-            InitialList::ListWatch => config,
-            InitialList::StreamingList => config.streaming_lists(),
-        }
-    }
-}
 
 /// The process-wide runtime: one client, the watch metrics, the health tree, and the tasks it
 /// owns. Cheap to clone.
@@ -107,6 +81,8 @@ struct Inner {
     health: Arc<Health>,
     stall_after: Duration,
     initial_list: InitialList,
+    /// Whether the API server refused a streaming list (shared by every runtime derived).
+    refusals: initial_list::Refusals,
     /// The watches and tasks started through this runtime; cancelled when it ends or the last
     /// handle goes.
     tasks: Owner,
@@ -128,6 +104,7 @@ impl Inner {
             health: self.health.clone(),
             stall_after: self.stall_after,
             initial_list: self.initial_list,
+            refusals: self.refusals.clone(),
             tasks: Owner(tasks),
             parent_health: None,
             namespaces: OnceLock::new(),
@@ -175,6 +152,7 @@ impl Runtime {
             health: Arc::new(Health::new("conflux")),
             stall_after: DEFAULT_STALL_AFTER,
             initial_list: InitialList::default(),
+            refusals: initial_list::Refusals::default(),
             tasks: Owner(Tasks::new()),
             parent_health: None,
             namespaces: OnceLock::new(),
@@ -227,6 +205,19 @@ impl Runtime {
             parent.detach(&self.inner.health);
         }
         stopped
+    }
+
+    /// The watch of `api` with this runtime's initial-list strategy (a refused streaming list
+    /// falls back to list-watch).
+    fn watch<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+    ) -> futures::stream::BoxStream<'static, watcher::Result<watcher::Event<K>>>
+    where
+        K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    {
+        initial_list::watch(api, config, self.inner.initial_list, &self.inner.refusals)
     }
 
     /// The one client of the process (or of the term).
@@ -327,7 +318,7 @@ impl Runtime {
         K::DynamicType: Eq + Hash + Clone + Send + Sync + Default,
     {
         let (informer, driver) = Informer::new(
-            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            self.watch(api, config).modify(trim),
             K::DynamicType::default(),
             resource,
             self.inner.metrics.clone(),
@@ -356,7 +347,7 @@ impl Runtime {
         X: 'static,
     {
         let (informer, driver) = Informer::new_compact(
-            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            self.watch(api, config).modify(trim),
             resource,
             self.inner.metrics.clone(),
             health,
@@ -382,7 +373,7 @@ impl Runtime {
         K::DynamicType: Eq + Hash + Clone + Send + Sync,
     {
         let (informer, driver) = Informer::new(
-            watcher::watcher(api, self.inner.initial_list.apply(config)).modify(trim),
+            self.watch(api, config).modify(trim),
             dyntype,
             resource,
             self.inner.metrics.clone(),

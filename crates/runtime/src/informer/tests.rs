@@ -337,3 +337,66 @@ async fn a_streaming_list_holds_everything_written_before_the_watch_started() {
     );
     assert_eq!(next(&mut sub, 1).await, ["listed"]);
 }
+
+/// An API server whose WatchList feature is off (Kubernetes 1.33's default): it refuses a
+/// streaming list with `422 Invalid`, as its request validation does, and answers a LIST; a
+/// watch from the list's version waits forever. `refused` counts the refused requests.
+fn without_watch_list(refused: Arc<std::sync::atomic::AtomicUsize>) -> kube::Client {
+    use kube::client::Body;
+    crate::client::from_fn(move |request: http::Request<Body>| {
+        let refused = refused.clone();
+        async move {
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            let pairs: Vec<&str> = query.split('&').collect();
+            if pairs.contains(&"sendInitialEvents=true") {
+                refused.fetch_add(1, Ordering::AcqRel);
+                let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "metadata": {}, "status": "Failure", "reason": "Invalid", "code": 422,
+                    "message": "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: \
+                                Forbidden: sendInitialEvents is forbidden for watch unless the \
+                                WatchList feature gate is enabled"});
+                let mut response = http::Response::new(Body::from(status.to_string().into_bytes()));
+                *response.status_mut() = http::StatusCode::UNPROCESSABLE_ENTITY;
+                return response;
+            }
+            if pairs.contains(&"watch=true") {
+                return std::future::pending().await;
+            }
+            let object = |name: &str, version: &str| {
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": "ns", "resourceVersion": version}})
+            };
+            let list = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                "metadata": {"resourceVersion": "2"},
+                "items": [object("a", "1"), object("b", "2")]});
+            http::Response::new(Body::from(list.to_string().into_bytes()))
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_refused_streaming_list_falls_back_to_a_list_once_for_the_process() {
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // Streaming lists are the default.
+    let runtime = crate::Runtime::new(without_watch_list(refused.clone()));
+    let api: kube::Api<ConfigMap> = kube::Api::namespaced(runtime.client(), "ns");
+    let health = Health::new("test");
+    let first = runtime.informer(
+        api.clone(),
+        watcher::Config::default(),
+        "ConfigMap",
+        &health,
+    );
+    let mut sub = first.subscribe("test");
+    let mut initial = next(&mut sub, 2).await;
+    initial.sort();
+    assert_eq!(initial, ["initial a@1", "initial b@2"], "listed instead");
+    assert_eq!(next(&mut sub, 1).await, ["listed"]);
+    assert_eq!(refused.load(Ordering::Acquire), 1);
+
+    // A watch started later lists first, without asking for a streaming list again.
+    let second = runtime.informer(api, watcher::Config::default(), "ConfigMap", &health);
+    let mut sub = second.subscribe("test");
+    assert_eq!(next(&mut sub, 3).await.len(), 3);
+    assert_eq!(refused.load(Ordering::Acquire), 1, "asked once per process");
+}
