@@ -221,7 +221,9 @@ impl Input {
 /// The Secret an External Secrets Operator `ExternalSecret` makes (`spec.target.name`, default
 /// its own name, unless `creationPolicy: None`): its keys (`spec.data[].secretKey`, the template's
 /// `data`) and the template's labels and annotations; never a value (each is the text
-/// `EXTERNAL`). Keys from `dataFrom` are not known offline.
+/// `EXTERNAL`). Keys from `dataFrom` are not known offline: the Secret then carries
+/// [`postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION`], so the variables it may define are not
+/// reported undefined.
 fn external_secret_target(object: &Value) -> Option<Value> {
     let text = |p: &str| object.pointer(p).and_then(Value::as_str);
     let group = text("/apiVersion")?.split('/').next()?;
@@ -255,6 +257,22 @@ fn external_secret_target(object: &Value) -> Option<Value> {
         if let Some(map) = object.pointer(&format!("/spec/target/template/metadata/{field}")) {
             metadata[field] = map.clone();
         }
+    }
+    if object
+        .pointer("/spec/dataFrom")
+        .and_then(Value::as_array)
+        .is_some_and(|from| !from.is_empty())
+    {
+        // Its keys come from the provider: variables it may define are not judged offline.
+        let why = format!(
+            "ExternalSecret/{} takes keys from spec.dataFrom",
+            text("/metadata/name").unwrap_or(name)
+        );
+        if !metadata["annotations"].is_object() {
+            metadata["annotations"] = json!({});
+        }
+        metadata["annotations"][postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION] =
+            Value::String(why);
     }
     let secret_type = text("/spec/target/template/type").unwrap_or("Opaque");
     Some(
@@ -533,4 +551,63 @@ fn helm_values_reloads(documents: &[(Value, Option<String>)]) -> Vec<Row> {
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A common layout: the cluster's secret settings come from Vault through an ExternalSecret
+    /// with `dataFrom`, whose keys plan cannot know. Before, each variable it supplies was an
+    /// `UndefinedVariable` error.
+    #[test]
+    fn variables_from_an_external_secret_with_data_from_are_not_errors() {
+        let mut input = Input::default();
+        let file = |f: &str| Some(f.to_owned());
+        input.push(
+            json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                   "metadata": {"name": "apps", "namespace": "flux-system"},
+                   "spec": {"path": "./apps", "postBuild": {
+                       "substitute": {"CLUSTER": "prod"},
+                       "substituteFrom": [{"kind": "Secret", "name": "cluster-secrets"}]}}}),
+            &file("clusters/prod/apps.yaml"),
+        );
+        input.push(
+            json!({"apiVersion": "external-secrets.io/v1", "kind": "ExternalSecret",
+                   "metadata": {"name": "cluster-secrets", "namespace": "flux-system"},
+                   "spec": {"secretStoreRef": {"kind": "ClusterSecretStore", "name": "vault"},
+                            "dataFrom": [{"extract": {"key": "cluster/prod"}}]}}),
+            &file("clusters/prod/secrets.yaml"),
+        );
+        input.push(
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "app", "namespace": "default"},
+                   "data": {"db": "${DB_PASSWORD}", "cluster": "${CLUSTER}"}}),
+            &file("apps/app.yaml"),
+        );
+        let options = Options {
+            sync_source_namespaces: Vec::new(),
+            copy_resourceset_targets: false,
+            auto_reload_all: false,
+            watch_selector: Selector::everything(),
+        };
+        let plan = plan_flat(input, Vec::new(), &options);
+        let undefined: Vec<&Row> = plan
+            .rows
+            .iter()
+            .filter(|r| r.code == "UndefinedVariable")
+            .collect();
+        assert_eq!(undefined.len(), 1, "{:?}", plan.rows);
+        assert_eq!(undefined[0].level, 0, "an info, not an error");
+        assert!(
+            undefined[0]
+                .message
+                .contains("Secret/cluster-secrets may define it")
+                && undefined[0]
+                    .message
+                    .contains("ExternalSecret/cluster-secrets takes keys from spec.dataFrom"),
+            "{}",
+            undefined[0].message
+        );
+    }
 }

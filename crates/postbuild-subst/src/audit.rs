@@ -12,8 +12,9 @@
 //!    document below the directory, as kustomize-controller generates one;
 //! 4. each resource is substituted exactly as upstream (`JSONToYAML`, `${…}`, YAML 1.1
 //!    `YAMLToJSON`) and, to compare, in typed mode. Findings: `UndefinedVariable` (error: used
-//!    outside a default operator and never defined, it becomes an empty string, or stays
-//!    literally when no variable is defined at all), `CoercedValue` (warning: a string that YAML
+//!    outside a default operator and never defined, it becomes an empty string; info when no
+//!    variable is defined at all, so upstream does not substitute and it stays literally, or
+//!    when a source's keys are not known offline, see [`UNKNOWN_KEYS_ANNOTATION`]), `CoercedValue` (warning: a string that YAML
 //!    1.1 turns into a bool, a number other than a plain decimal integer, or null, such as `yes`,
 //!    `on`, `0755`, `1e3`, `~` or empty), `SubstitutionFailed` (error: upstream's message, e.g. a
 //!    value that breaks the YAML), `SubstituteSourceMissing` (warning: a non-optional
@@ -58,6 +59,12 @@ use crate::resource::{
 use crate::vars::{
     PostBuild, SourceKind, SourceLookup, SubstituteStrategy, load_variables, source_data,
 };
+
+/// Set by a caller on a ConfigMap or Secret of the input whose keys are not all known offline
+/// (for example the Secret an External Secrets `ExternalSecret` makes from `dataFrom`), with why
+/// as its value. A variable such a `substituteFrom` source may define is never reported as an
+/// error: `UndefinedVariable` is then an info that names the source.
+pub const UNKNOWN_KEYS_ANNOTATION: &str = "audit.conflux.dev/unknown-keys";
 
 /// How serious a finding is. Ordered: `Info < Warning < Error`. The same levels as
 /// `watch_index::audit::Severity`, kept apart on purpose: depending on watch-index would pull
@@ -278,6 +285,23 @@ fn kustomization(
         }
     }
     secret_names.retain(|name: &String| !post_build.substitute.contains_key(name));
+    // Sources whose keys are not all known offline (marked by the caller), with why.
+    let unknown_keys: Vec<(String, String)> = post_build
+        .substitute_from
+        .iter()
+        .filter_map(|reference| {
+            let key = (reference.kind.as_str(), namespace, reference.name.as_str());
+            let why = configs
+                .get(&key)?
+                .pointer("/metadata/annotations")?
+                .get(UNKNOWN_KEYS_ANNOTATION)?
+                .as_str()?;
+            Some((
+                format!("{}/{}", reference.kind.as_str(), reference.name),
+                why.to_owned(),
+            ))
+        })
+        .collect();
     let invalid: Vec<&str> = vars
         .iter()
         .map(|(n, _)| n)
@@ -383,13 +407,45 @@ fn kustomization(
         }
     }
     for (variable, users) in undefined {
-        let effect = if runs {
-            "it is replaced by an empty string"
+        // Only a blanked value is an error: with no variable at all, upstream does not substitute
+        // and `${X}` is applied as written (Grafana dashboards rely on it); a source whose keys
+        // are not known offline may define it.
+        let (severity, effect) = if !unknown_keys.is_empty() {
+            (
+                Severity::Info,
+                format!(
+                    "{} may define it (its keys are not known offline: {}); if it does not, it is {}",
+                    unknown_keys
+                        .iter()
+                        .map(|(name, _)| name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    unknown_keys
+                        .iter()
+                        .map(|(_, why)| why.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if runs {
+                        "replaced by an empty string"
+                    } else {
+                        "applied literally"
+                    }
+                ),
+            )
+        } else if runs {
+            (
+                Severity::Error,
+                "it is replaced by an empty string".to_owned(),
+            )
         } else {
-            "no variable is defined, so substitution does not run and it is applied literally"
+            (
+                Severity::Info,
+                "no variable is defined, so substitution does not run and it is applied literally"
+                    .to_owned(),
+            )
         };
         add(
-            Severity::Error,
+            severity,
             "UndefinedVariable",
             format!(
                 "${{{variable}}} is used by {} but defined neither by postBuild.substitute nor by a substituteFrom source in the input: {effect}",
@@ -750,6 +806,38 @@ mod tests {
         let out = run(&[(&none, None), (&cm, Some("apps/cm.yaml"))]);
         assert_eq!(out.len(), 1);
         assert!(out[0].2.contains("applied literally"), "{}", out[0].2);
+        assert_eq!(
+            out[0].1,
+            Severity::Info,
+            "applied as written, never blanked: not an error"
+        );
+
+        // A source whose keys are not known offline (an ExternalSecret's dataFrom) may define
+        // it: an info naming the source, whether or not other variables make substitution run.
+        let open = ks(json!({"substitute": {"A": "a"},
+                             "substituteFrom": [{"kind": "Secret", "name": "es"}]}));
+        let es = json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "es", "namespace": "flux-system",
+                         "annotations": {UNKNOWN_KEYS_ANNOTATION: "ExternalSecret/es dataFrom"}},
+            "data": {"KNOWN": "RVhURVJOQUw="}});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                        "data": {"x": "${FROM_VAULT}"}});
+        let out = run(&[(&open, None), (&es, None), (&cm, Some("apps/cm.yaml"))]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!((out[0].0, out[0].1), ("UndefinedVariable", Severity::Info));
+        assert!(
+            out[0].2.contains("Secret/es may define it")
+                && out[0].2.contains("ExternalSecret/es dataFrom"),
+            "{}",
+            out[0].2
+        );
+        // Without the mark, the same is an error.
+        let mut closed = es.clone();
+        closed["metadata"]
+            .as_object_mut()
+            .map(|m| m.remove("annotations"));
+        let out = run(&[(&open, None), (&closed, None), (&cm, Some("apps/cm.yaml"))]);
+        assert_eq!((out[0].0, out[0].1), ("UndefinedVariable", Severity::Error));
 
         // A value from a Secret is never shown.
         let from_secret = ks(json!({"substituteFrom": [{"kind": "Secret", "name": "s"}]}));
