@@ -205,11 +205,7 @@ fn line_of(text: &str, object: &str) -> Option<usize> {
             continue;
         }
         let trimmed = line.trim_start().trim_start_matches("- ");
-        let value = |key: &str| {
-            trimmed
-                .strip_prefix(key)
-                .map(|v| v.trim().trim_matches(['"', '\'']))
-        };
+        let value = |key: &str| trimmed.strip_prefix(key).map(scalar);
         if value("kind:") == Some(kind) && kind_line.is_none() {
             kind_line = Some(index + 1);
         }
@@ -218,6 +214,21 @@ fn line_of(text: &str, object: &str) -> Option<usize> {
         }
     }
     kind_line.filter(|_| named)
+}
+
+/// A plain one-line YAML value as written after its key: without an anchor (`&app x`, common
+/// on names), a tag (`!!str x`), a trailing comment or quotes.
+fn scalar(raw: &str) -> &str {
+    let mut value = raw.trim();
+    while let Some(rest) = value.strip_prefix('&').or_else(|| value.strip_prefix('!')) {
+        value = rest
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, v)| v.trim_start());
+    }
+    if let Some((before, _)) = value.split_once(" #") {
+        value = before.trim_end();
+    }
+    value.trim_matches(['"', '\''])
 }
 
 #[cfg(test)]
@@ -238,6 +249,15 @@ mod tests {
         for (object, line) in cases {
             assert_eq!(line_of(text, object), line, "{object}");
         }
+        // A name behind a YAML anchor (`name: &app x`), a tag or with a comment.
+        let anchored = "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\n\
+                        metadata:\n  name: &app podinfo\n  namespace: flux-system\n---\n\
+                        kind: ConfigMap\nmetadata:\n  name: !!str cm # the settings\n";
+        assert_eq!(
+            line_of(anchored, "Kustomization/flux-system/podinfo"),
+            Some(2)
+        );
+        assert_eq!(line_of(anchored, "ConfigMap/cm"), Some(7));
         // A list item's `- kind:` counts too.
         assert_eq!(
             line_of(
