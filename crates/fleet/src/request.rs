@@ -97,10 +97,17 @@ impl Request {
             }
             if !entries.is_empty() {
                 let engine = Engine::pick(self.kustomize.as_deref());
-                let plans = entries.iter().map(|entry| {
-                    let cluster = fleet::plan_cluster(root, entry, &engine, &external);
-                    plan_cluster(cluster, &self.options)
-                });
+                let built: Vec<fleet::Cluster> = entries
+                    .iter()
+                    .map(|entry| fleet::plan_cluster(root, entry, &engine, &external))
+                    .collect();
+                let own = self.clusters.is_empty();
+                let plans = entries
+                    .iter()
+                    .zip(built.iter())
+                    .enumerate()
+                    .filter(|(i, _)| !own || !reached_by_another(*i, &entries, &built))
+                    .map(|(_, (_, cluster))| plan_cluster(cluster.clone(), &self.options));
                 return Ok(plans.collect());
             }
         }
@@ -111,6 +118,24 @@ impl Request {
         }
         Ok(vec![plan_flat(input, outside_rows, &self.options)])
     }
+}
+
+/// Whether the `index`th entry point is applied by another cluster that it does not apply in
+/// turn: a Kustomization whose path is its own directory looks like an entry point (its file
+/// lies under its path, as a bootstrap sync's does), but when a cluster reaches it, it is a part
+/// of that cluster, not a cluster of its own.
+fn reached_by_another(index: usize, entries: &[Entry], built: &[fleet::Cluster]) -> bool {
+    let applies = |cluster: &fleet::Cluster, target: &Entry| {
+        cluster.objects.iter().any(|object| {
+            object.file.as_deref() == Some(target.file.as_str())
+                && fleet::object_name(&object.object) == fleet::object_name(&target.kustomization)
+        })
+    };
+    (0..entries.len()).any(|other| {
+        other != index
+            && applies(&built[other], &entries[index])
+            && !applies(&built[index], &entries[other])
+    })
 }
 
 /// The `spec.path` an entry point syncs, as written.
@@ -234,6 +259,52 @@ fn scalar(raw: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Kustomization whose path is its own directory (`apps/podinfo/ks.yaml` syncing
+    /// `./apps/podinfo`) looks like an entry point; the cluster that applies it owns it.
+    #[test]
+    fn an_entry_another_cluster_reaches_is_not_a_cluster_of_its_own() {
+        let dir = std::env::temp_dir().join(format!("conflux-fleet-self-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        let ks = |name: &str, path: &str| {
+            format!(
+                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+                 name: {name}\n  namespace: flux-system\nspec:\n  path: {path}\n  \
+                 sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
+            )
+        };
+        write(
+            "clusters/prod/flux-system/gotk-sync.yaml",
+            &ks("flux-system", "./clusters/prod"),
+        );
+        write("clusters/prod/apps.yaml", &ks("apps", "./apps"));
+        write("apps/podinfo/ks.yaml", &ks("podinfo", "./apps/podinfo"));
+        write(
+            "apps/podinfo/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: podinfo\n  namespace: default\n",
+        );
+        let request = Request {
+            paths: vec![dir.clone()],
+            clusters: Vec::new(),
+            kustomize: Some(PathBuf::from("builtin")),
+            external: Vec::new(),
+            options: Options {
+                sync_source_namespaces: Vec::new(),
+                copy_resourceset_targets: false,
+                auto_reload_all: false,
+                watch_selector: watch_index::selector::Selector::everything(),
+            },
+        };
+        let plans = request.plans().expect("planned");
+        let names: Vec<Option<String>> = plans.iter().map(|p| p.name.clone()).collect();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(names, [Some("clusters/prod".to_owned())]);
+    }
 
     #[test]
     fn a_finding_points_at_the_kind_line_of_its_document() {
