@@ -23,9 +23,25 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A file that is not YAML (the parser's first line).
-    #[error("invalid YAML: {0}")]
-    Yaml(String),
+    /// Text that is not YAML (the parser's first line, and the line where it failed).
+    #[error("invalid YAML: {message}")]
+    Yaml {
+        /// The parser's message (first line).
+        message: String,
+        /// The 1-based line where parsing failed, when the parser says.
+        line: Option<usize>,
+    },
+    /// A file of a build that cannot be read as kustomize reads it: where, and why.
+    #[error("{file}: {source}")]
+    InFile {
+        /// The file, relative to the directory built from.
+        file: String,
+        /// The 1-based line, when known.
+        line: Option<usize>,
+        /// Why.
+        #[source]
+        source: Box<Error>,
+    },
     /// The kustomize binary failed: the end of its message, where its cause is.
     #[error("{0}")]
     Kustomize(String),

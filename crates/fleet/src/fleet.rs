@@ -25,6 +25,7 @@ use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute
 use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
 use serde_json::{Value, json};
 
+use crate::Error;
 use crate::kustomize::{Engine, Object};
 use crate::path::{join, normalize};
 
@@ -281,6 +282,7 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
                         code: "SourceNotFollowed",
                         object: object_name(&object.object),
                         file: object.file.clone(),
+                        line: None,
                         message: why,
                     }),
                 }
@@ -314,6 +316,7 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
             file: ignores
                 .and_then(|o| o.file.clone())
                 .or_else(|| Some(".sourceignore".to_owned())),
+            line: None,
             message: format!(
                 "{how} leaves files out of the artifact Flux builds from; plan does not apply it (only source-controller's defaults), so a path may be read with files Flux does not have"
             ),
@@ -450,6 +453,7 @@ fn build_one(
             code,
             object: name.clone(),
             file: file.map(str::to_owned),
+            line: None,
             message,
         });
     };
@@ -490,11 +494,17 @@ fn build_one(
             Some(objects)
         }
         Err(err) => {
+            // Name the file that failed, where the engine says which, not the Kustomization.
+            let (file, line) = match &err {
+                Error::InFile { file, line, .. } => (Some(join(prefix, file)), *line),
+                _ => (file.map(str::to_owned), None),
+            };
             cluster.problems.push(Problem {
                 level: 2,
                 code: "BuildFailed",
                 object: name,
-                file: file.map(str::to_owned),
+                file,
+                line,
                 message: format!("kustomize build of '{dir}' fails: {err}"),
             });
             None
@@ -599,6 +609,7 @@ pub fn read_tree(root: &Path, problems: &mut Vec<Problem>) -> Vec<Object> {
                 code: "InvalidInput",
                 object: relative.clone(),
                 file: Some(relative),
+                line: None,
                 message: err.to_string(),
             }),
         }

@@ -345,7 +345,7 @@ pub fn plan_cluster(cluster: fleet::Cluster, options: &Options) -> Plan {
             code: problem.code,
             object: problem.object,
             file: problem.file,
-            line: None,
+            line: problem.line,
             message: problem.message,
         });
     }

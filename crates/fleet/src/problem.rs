@@ -12,6 +12,8 @@ pub struct Problem {
     pub object: String,
     /// The file, relative to the repository root, when known.
     pub file: Option<String>,
+    /// The line in `file` where it is, when known (else the line of the object's `kind:`).
+    pub line: Option<usize>,
     /// What is wrong.
     pub message: String,
 }

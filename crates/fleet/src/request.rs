@@ -207,6 +207,9 @@ fn locate(root: &Path, plans: &mut [Plan]) {
     let mut texts: BTreeMap<String, Option<String>> = BTreeMap::new();
     for row in plans.iter_mut().flat_map(|p| p.rows.iter_mut()) {
         let Some(file) = &row.file else { continue };
+        if row.line.is_some() {
+            continue;
+        }
         let text = texts
             .entry(file.clone())
             .or_insert_with(|| std::fs::read_to_string(root.join(file)).ok());
@@ -304,6 +307,59 @@ mod tests {
         let names: Vec<Option<String>> = plans.iter().map(|p| p.name.clone()).collect();
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(names, [Some("clusters/prod".to_owned())]);
+    }
+
+    /// A bad YAML alias in an applied file: the finding names that file and line, not the
+    /// Kustomization that builds it.
+    #[test]
+    fn a_build_failure_names_the_file_and_line_that_failed() {
+        let dir = std::env::temp_dir().join(format!("conflux-fleet-alias-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        };
+        write(
+            "clusters/prod/flux-system/gotk-sync.yaml",
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+             name: flux-system\n  namespace: flux-system\nspec:\n  path: ./clusters/prod\n",
+        );
+        write(
+            "clusters/prod/apps.yaml",
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+             name: apps\n  namespace: flux-system\nspec:\n  path: ./apps/web\n",
+        );
+        write(
+            "apps/web/kustomization.yaml",
+            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - cm.yaml\n",
+        );
+        write(
+            "apps/web/cm.yaml",
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n\
+             data:\n  a: *missing\n",
+        );
+        let request = Request {
+            paths: vec![dir.clone()],
+            clusters: Vec::new(),
+            kustomize: Some(PathBuf::from("builtin")),
+            external: Vec::new(),
+            options: Options {
+                sync_source_namespaces: Vec::new(),
+                copy_resourceset_targets: false,
+                auto_reload_all: false,
+                watch_selector: watch_index::selector::Selector::everything(),
+            },
+        };
+        let plans = request.plans().expect("planned");
+        let _ = std::fs::remove_dir_all(&dir);
+        let failed: Vec<(Option<&str>, Option<usize>)> = plans
+            .iter()
+            .flat_map(|p| &p.rows)
+            .filter(|r| r.code == "BuildFailed")
+            .map(|r| (r.file.as_deref(), r.line))
+            .collect();
+        assert_eq!(failed, [(Some("apps/web/cm.yaml"), Some(7))]);
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay
             code: "KustomizeApproximated",
             object: dir.to_owned(),
             file: None,
+            line: None,
             message: "spec.namePrefix/nameSuffix were applied on top of the path's kustomization (kustomize-controller replaces its namePrefix/nameSuffix)".to_owned(),
         });
     }

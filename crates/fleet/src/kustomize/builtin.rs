@@ -85,7 +85,7 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
 fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value)> {
     let file = kustomization_file(&root.join(dir))
         .ok_or_else(|| Error::Build(format!("no kustomization file in '{dir}'")))?;
-    let documents = read_documents(&file)?;
+    let documents = read_documents(&file).map_err(|e| super::in_file(&relative(root, &file), e))?;
     let kustomization = documents.into_iter().next().unwrap_or_else(|| json!({}));
     Ok((relative(root, &file), kustomization))
 }
@@ -158,7 +158,7 @@ fn accumulate(
             accumulate(here, &child, &mut sub, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
-            for object in read_documents(&absolute)? {
+            for object in read_documents(&absolute).map_err(|e| super::in_file(&path, e))? {
                 if object
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -226,6 +226,7 @@ fn unsupported(build: &mut Build, here: Here<'_>, message: String) {
         code: "KustomizeUnsupported",
         object: here.dir.to_owned(),
         file: here.kfile.map(str::to_owned),
+        line: None,
         message,
     });
 }
@@ -501,9 +502,8 @@ fn patches(
             }
         };
         let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-        let patch: Value = serde_saphyr::from_str_with_options(&text, options).map_err(|e| {
-            Error::Yaml(e.to_string().lines().next().unwrap_or_default().to_owned())
-        })?;
+        let patch: Value =
+            serde_saphyr::from_str_with_options(&text, options).map_err(super::yaml_error)?;
         let Value::Array(operations) = patch else {
             unsupported(
                 build,

@@ -67,15 +67,37 @@ pub fn read_documents(path: &Path) -> Result<Vec<Value>> {
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
     let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
     let documents: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(|e| {
-            let e = e.to_string();
-            Error::Yaml(e.lines().next().unwrap_or_default().to_owned())
-        })?;
+        serde_saphyr::from_multiple_with_options(text, options).map_err(yaml_error)?;
     let mut out = Vec::new();
     for document in documents {
         push(document, &mut out);
     }
     Ok(out)
+}
+
+/// A YAML parser error as [`Error::Yaml`]: its first line, and its line.
+pub(crate) fn yaml_error(e: serde_saphyr::Error) -> Error {
+    let line = e
+        .location()
+        .and_then(|l| usize::try_from(l.line()).ok())
+        .filter(|l| *l > 0);
+    Error::Yaml {
+        message: e.to_string().lines().next().unwrap_or_default().to_owned(),
+        line,
+    }
+}
+
+/// `err`, from reading `file` (relative to the directory built from), as an [`Error::InFile`].
+pub(crate) fn in_file(file: &str, err: Error) -> Error {
+    let line = match &err {
+        Error::Yaml { line, .. } => *line,
+        _ => None,
+    };
+    Error::InFile {
+        file: file.to_owned(),
+        line,
+        source: Box::new(err),
+    }
 }
 
 fn push(document: Value, out: &mut Vec<Value>) {
@@ -189,6 +211,7 @@ impl Engine {
                         code: "RemoteResourceUnavailable",
                         object: dir.to_owned(),
                         file: None,
+                        line: None,
                         message: format!(
                             "kustomize could not fetch a remote resource ({err}); the local resources are built with the built-in subset"
                         ),
