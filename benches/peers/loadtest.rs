@@ -1456,12 +1456,13 @@ fn row_line(row: &Row) -> String {
         expected.push_str(&format!("; `last-reloaded-from` on {with}/{of}"));
     }
     format!(
-        "| {} | {}/{} | {} | {} | {} | {} | {} ({} · {} · {}) | {:.1} | {:.1} | {} / {} | {} / {} |",
+        "| {} | {}/{} | {} | {} | {} | {} | {} | {} ({} · {} · {}) | {:.1} | {:.1} | {} / {} | {} / {} |",
         row.name,
         v.final_reached,
         v.final_of,
         v.rollouts,
         v.settled,
+        v.bound,
         expected,
         row.data_writes,
         audit::total(start) + audit::total(changes) + audit::total(quiet),
@@ -1500,8 +1501,8 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
             String::new(),
             format!("Reloader's {}: {}.", scenario.id, scenario.reloader),
             String::new(),
-            "| contender | final values reached | rollouts | settled states | Reloader's expected reloads | data changes | requests (start-up · changes · quiet) | peak RSS MiB | CPU s | change → rollout p50 / p99 ms | change → template p50 / p99 ms |".into(),
-            "|---|---|---|---|---|---|---|---|---|---|---|".into(),
+            "| contender | final values reached | rollouts | settled states | leading-edge bound | Reloader's expected reloads | data changes | requests (start-up · changes · quiet) | peak RSS MiB | CPU s | change → rollout p50 / p99 ms | change → template p50 / p99 ms |".into(),
+            "|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
         ];
         for slot in contenders(peers, scenario) {
             if !settings.includes(&slot.name) {
@@ -1541,8 +1542,12 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
                         );
                     }
                     println!(
-                        "peers: loadtest {} {}: {} workloads over their settled states, {} changes never rolled",
-                        scenario.id, row.name, row.verdict.workloads_over, row.verdict.never_rolled
+                        "peers: loadtest {} {}: {} workloads over their settled states, {} over the leading-edge bound, {} changes never rolled",
+                        scenario.id,
+                        row.name,
+                        row.verdict.workloads_over,
+                        row.verdict.workloads_over_bound,
+                        row.verdict.never_rolled
                     );
                     table.push(line);
                 }
@@ -1551,7 +1556,7 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
                         "peers: loadtest {} {}: failed: {err:#}",
                         scenario.id, slot.name
                     );
-                    table.push(format!("| {} | failed: {err:#} ||||||||||", slot.name));
+                    table.push(format!("| {} | failed: {err:#} |||||||||||", slot.name));
                 }
             }
         }

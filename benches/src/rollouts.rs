@@ -91,11 +91,24 @@ pub fn ideal_rollouts(
     coalescing: Coalescing,
     pause: Option<Duration>,
 ) -> Vec<Duration> {
+    ideal_runs(times, coalescing, pause)
+        .into_iter()
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// The settled changes of [`ideal_rollouts`]: when each rolls, and how many changes it holds.
+pub fn ideal_runs(
+    times: &[Duration],
+    coalescing: Coalescing,
+    pause: Option<Duration>,
+) -> Vec<(Duration, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < times.len() {
         let first = times[i];
         let mut last = first;
+        let start = i;
         i += 1;
         while i < times.len()
             && times[i].saturating_sub(last) < coalescing.window
@@ -104,7 +117,7 @@ pub fn ideal_rollouts(
             last = times[i];
             i += 1;
         }
-        out.push(last + coalescing.window);
+        out.push((last + coalescing.window, i - start));
         if let Some(pause) = pause {
             let resumes = last + coalescing.window + pause;
             while i < times.len() && times[i] + coalescing.window <= resumes {
@@ -129,6 +142,12 @@ pub struct Verdict {
     pub settled: u64,
     /// Workloads rolled more often than their settled states.
     pub workloads_over: usize,
+    /// What a reloader with a leading edge may make, as issue 26 asks: a lone change rolls at
+    /// once, a burst once more when it settles, so 1 per settled change of one change and 2 per
+    /// settled change of several.
+    pub bound: u64,
+    /// Workloads rolled more often than that bound.
+    pub workloads_over_bound: usize,
     /// For each data change and each workload reading it: until the workload's first rollout
     /// created after the change.
     pub latencies: Vec<Duration>,
@@ -170,13 +189,19 @@ pub fn judge(
             .collect();
         let mut times: Vec<Duration> = changes.iter().map(|w| w.at).collect();
         times.sort();
-        let settled = ideal_rollouts(&times, coalescing, workload.pause)
-            .iter()
-            .filter(|at| workload.deleted_at.is_none_or(|gone| **at < gone))
-            .count() as u64;
+        let runs: Vec<(Duration, usize)> = ideal_runs(&times, coalescing, workload.pause)
+            .into_iter()
+            .filter(|(at, _)| workload.deleted_at.is_none_or(|gone| *at < gone))
+            .collect();
+        let settled = runs.len() as u64;
+        let bound: u64 = runs.iter().map(|(_, n)| if *n > 1 { 2 } else { 1 }).sum();
         verdict.settled += settled;
+        verdict.bound += bound;
         if made.len() as u64 > settled {
             verdict.workloads_over += 1;
+        }
+        if made.len() as u64 > bound {
+            verdict.workloads_over_bound += 1;
         }
         let mut written: Vec<&Rollout> = templates.iter().filter(|t| t.workload == index).collect();
         written.sort_by_key(|t| t.rv);
@@ -222,6 +247,13 @@ mod tests {
         window: Duration::from_secs(2),
         max: Duration::from_secs(300),
     };
+
+    #[test]
+    fn a_settled_change_knows_how_many_changes_it_holds() {
+        let runs = ideal_runs(&[s(0.0), s(0.5), s(1.0), s(5.0)], TWO, None);
+        let sizes: Vec<usize> = runs.iter().map(|(_, n)| *n).collect();
+        assert_eq!(sizes, [3, 1], "a burst of 3, then a lone change");
+    }
 
     #[test]
     fn a_burst_inside_the_window_is_one_settled_change() {
