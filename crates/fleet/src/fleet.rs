@@ -255,7 +255,19 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
         for resource in &mut resources {
             resource.file = in_repository(resource.file.take());
         }
-        let substituted = post_build(&ks, &resources, &cluster.objects);
+        let (substituted, own_sources) = post_build(&ks, &resources, &cluster.objects);
+        for source in own_sources {
+            cluster.problems.push(Problem {
+                level: 0,
+                code: "SubstituteSourceSelfApplied",
+                object: object_name(&ks),
+                file: file.clone(),
+                line: None,
+                message: format!(
+                    "substituteFrom {source} is applied by this Kustomization itself: planned as in a running cluster, where it exists; it exists only after a first successful reconcile, so a new cluster needs it made first (or the reference optional)"
+                ),
+            });
+        }
         let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
         let root_url = source_url(&known, &entry.kustomization);
         for object in &substituted {
@@ -520,17 +532,31 @@ pub fn is_sops(object: &Value) -> bool {
 /// The Kustomization's resources after postBuild, substituted with the variables of the objects
 /// known so far (kustomize-controller's order: parents first). Resources that cannot be
 /// substituted are kept as built; the substitution audit reports them.
-fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> Vec<Object> {
+fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> (Vec<Object>, Vec<String>) {
     let Ok(post_build) = PostBuild::from_kustomization(ks) else {
-        return resources.to_vec();
+        return (resources.to_vec(), Vec::new());
     };
     let namespace = text(ks, "/metadata/namespace");
+    let matches = |o: &&Object, kind: &str, namespace: &str, name: &str| {
+        text(&o.object, "/kind") == kind
+            && text(&o.object, "/metadata/name") == name
+            && text(&o.object, "/metadata/namespace") == namespace
+    };
+    // The steady state: what the Kustomization applies itself exists once it has reconciled
+    // (the cluster settings ConfigMap often lives under the path that uses it).
+    let own = std::cell::RefCell::new(Vec::new());
     let find = |kind: &str, namespace: &str, name: &str| {
-        known.iter().rev().find(|o| {
-            text(&o.object, "/kind") == kind
-                && text(&o.object, "/metadata/name") == name
-                && text(&o.object, "/metadata/namespace") == namespace
-        })
+        known
+            .iter()
+            .rev()
+            .find(|o| matches(o, kind, namespace, name))
+            .or_else(|| {
+                let found = resources.iter().find(|o| matches(o, kind, namespace, name));
+                if found.is_some() {
+                    own.borrow_mut().push(format!("{kind}/{namespace}/{name}"));
+                }
+                found
+            })
     };
     let vars = load_variables(&post_build, |reference| {
         let kind = reference.kind.as_str();
@@ -551,8 +577,10 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> Vec<Object>
             None => SourceLookup::NotFound,
         }
     });
+    let mut own = own.into_inner();
+    own.dedup();
     let Ok(vars) = vars else {
-        return resources.to_vec();
+        return (resources.to_vec(), own);
     };
     let options = SubstitutionOptions::default();
     let mut out = Vec::with_capacity(resources.len());
@@ -568,7 +596,7 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> Vec<Object>
             file: resource.file.clone(),
         });
     }
-    out
+    (out, own)
 }
 
 /// A SOPS-encrypted Secret with its values replaced: the keys (variable names) stay, each value

@@ -263,34 +263,16 @@ fn scalar(raw: &str) -> &str {
 mod tests {
     use super::*;
 
-    /// A Kustomization whose path is its own directory (`apps/podinfo/ks.yaml` syncing
-    /// `./apps/podinfo`) looks like an entry point; the cluster that applies it owns it.
-    #[test]
-    fn an_entry_another_cluster_reaches_is_not_a_cluster_of_its_own() {
-        let dir = std::env::temp_dir().join(format!("conflux-fleet-self-{}", std::process::id()));
+    /// Plans a fleet made of `files` (path, text) with the built-in engine; `tag` names its
+    /// scratch directory.
+    fn plan_fleet(tag: &str, files: &[(&str, &str)]) -> Vec<Plan> {
+        let dir = std::env::temp_dir().join(format!("conflux-fleet-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let write = |file: &str, text: &str| {
+        for (file, text) in files {
             let path = dir.join(file);
             std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
             std::fs::write(path, text).expect("write");
-        };
-        let ks = |name: &str, path: &str| {
-            format!(
-                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
-                 name: {name}\n  namespace: flux-system\nspec:\n  path: {path}\n  \
-                 sourceRef:\n    kind: GitRepository\n    name: flux-system\n"
-            )
-        };
-        write(
-            "clusters/prod/flux-system/gotk-sync.yaml",
-            &ks("flux-system", "./clusters/prod"),
-        );
-        write("clusters/prod/apps.yaml", &ks("apps", "./apps"));
-        write("apps/podinfo/ks.yaml", &ks("podinfo", "./apps/podinfo"));
-        write(
-            "apps/podinfo/cm.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: podinfo\n  namespace: default\n",
-        );
+        }
         let request = Request {
             paths: vec![dir.clone()],
             clusters: Vec::new(),
@@ -304,8 +286,44 @@ mod tests {
             },
         };
         let plans = request.plans().expect("planned");
-        let names: Vec<Option<String>> = plans.iter().map(|p| p.name.clone()).collect();
         let _ = std::fs::remove_dir_all(&dir);
+        plans
+    }
+
+    /// A Flux Kustomization in flux-system; `spec` is YAML indented for `spec:`.
+    fn ks(name: &str, spec: &str) -> String {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+             name: {name}\n  namespace: flux-system\nspec:\n{spec}"
+        )
+    }
+
+    const SYNC: &str = "clusters/prod/flux-system/gotk-sync.yaml";
+
+    fn codes(plans: &[Plan]) -> Vec<&'static str> {
+        plans.iter().flat_map(|p| &p.rows).map(|r| r.code).collect()
+    }
+
+    /// A Kustomization whose path is its own directory (`apps/podinfo/ks.yaml` syncing
+    /// `./apps/podinfo`) looks like an entry point; the cluster that applies it owns it.
+    #[test]
+    fn an_entry_another_cluster_reaches_is_not_a_cluster_of_its_own() {
+        let plans = plan_fleet(
+            "self",
+            &[
+                (SYNC, &ks("flux-system", "  path: ./clusters/prod\n")),
+                ("clusters/prod/apps.yaml", &ks("apps", "  path: ./apps\n")),
+                (
+                    "apps/podinfo/ks.yaml",
+                    &ks("podinfo", "  path: ./apps/podinfo\n"),
+                ),
+                (
+                    "apps/podinfo/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: podinfo\n  namespace: default\n",
+                ),
+            ],
+        );
+        let names: Vec<Option<String>> = plans.iter().map(|p| p.name.clone()).collect();
         assert_eq!(names, [Some("clusters/prod".to_owned())]);
     }
 
@@ -313,46 +331,25 @@ mod tests {
     /// Kustomization that builds it.
     #[test]
     fn a_build_failure_names_the_file_and_line_that_failed() {
-        let dir = std::env::temp_dir().join(format!("conflux-fleet-alias-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let write = |file: &str, text: &str| {
-            let path = dir.join(file);
-            std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
-            std::fs::write(path, text).expect("write");
-        };
-        write(
-            "clusters/prod/flux-system/gotk-sync.yaml",
-            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
-             name: flux-system\n  namespace: flux-system\nspec:\n  path: ./clusters/prod\n",
+        let plans = plan_fleet(
+            "alias",
+            &[
+                (SYNC, &ks("flux-system", "  path: ./clusters/prod\n")),
+                (
+                    "clusters/prod/apps.yaml",
+                    &ks("apps", "  path: ./apps/web\n"),
+                ),
+                (
+                    "apps/web/kustomization.yaml",
+                    "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - cm.yaml\n",
+                ),
+                (
+                    "apps/web/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n\
+                     data:\n  a: *missing\n",
+                ),
+            ],
         );
-        write(
-            "clusters/prod/apps.yaml",
-            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
-             name: apps\n  namespace: flux-system\nspec:\n  path: ./apps/web\n",
-        );
-        write(
-            "apps/web/kustomization.yaml",
-            "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - cm.yaml\n",
-        );
-        write(
-            "apps/web/cm.yaml",
-            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n\
-             data:\n  a: *missing\n",
-        );
-        let request = Request {
-            paths: vec![dir.clone()],
-            clusters: Vec::new(),
-            kustomize: Some(PathBuf::from("builtin")),
-            external: Vec::new(),
-            options: Options {
-                sync_source_namespaces: Vec::new(),
-                copy_resourceset_targets: false,
-                auto_reload_all: false,
-                watch_selector: watch_index::selector::Selector::everything(),
-            },
-        };
-        let plans = request.plans().expect("planned");
-        let _ = std::fs::remove_dir_all(&dir);
         let failed: Vec<(Option<&str>, Option<usize>)> = plans
             .iter()
             .flat_map(|p| &p.rows)
@@ -360,6 +357,48 @@ mod tests {
             .map(|r| (r.file.as_deref(), r.line))
             .collect();
         assert_eq!(failed, [(Some("apps/web/cm.yaml"), Some(7))]);
+    }
+
+    /// The cluster settings ConfigMap lives under the path that substitutes from it (a common
+    /// layout): plan models a running cluster, where it exists, so the children's paths are
+    /// substituted; an info says it exists only after a first reconcile.
+    #[test]
+    fn a_substitute_source_the_kustomization_applies_itself_exists() {
+        let plans = plan_fleet(
+            "selfsource",
+            &[
+                (
+                    SYNC,
+                    &ks(
+                        "flux-system",
+                        "  path: ./clusters/prod\n  postBuild:\n    substituteFrom:\n      \
+                         - kind: ConfigMap\n        name: cluster-settings\n",
+                    ),
+                ),
+                (
+                    "clusters/prod/settings.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cluster-settings\n  \
+                     namespace: flux-system\ndata:\n  CLUSTER: prod\n",
+                ),
+                (
+                    "clusters/prod/apps.yaml",
+                    &ks("apps", "  path: ./apps/${CLUSTER}\n"),
+                ),
+                (
+                    "apps/prod/cm.yaml",
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n",
+                ),
+            ],
+        );
+        let codes = codes(&plans);
+        assert!(!codes.contains(&"PathNotFound"), "{codes:?}");
+        assert!(codes.contains(&"SubstituteSourceSelfApplied"), "{codes:?}");
+        let applied: Vec<&str> = plans[0]
+            .kustomizations
+            .iter()
+            .filter_map(|k| k.get("path").and_then(Value::as_str))
+            .collect();
+        assert!(applied.contains(&"apps/prod"), "{applied:?}");
     }
 
     #[test]
