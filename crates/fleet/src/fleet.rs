@@ -230,83 +230,31 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
     };
     let source_root = root.join(&entry.root);
     let root = source_root.as_path();
-    // Files are reported relative to the repository, also when the source is a sub-directory.
-    let in_repository = |file: Option<String>| match (&file, entry.root.is_empty()) {
-        (Some(f), false) if !f.starts_with("--") => Some(join(&entry.root, f)),
-        _ => file,
-    };
     let mut seen = BTreeSet::new();
     let mut queue = VecDeque::from([(entry.kustomization.clone(), Some(entry.file.clone()))]);
-    while let Some((ks, file)) = queue.pop_front() {
-        if !seen.insert(object_name(&ks)) {
-            continue;
+    // Level by level (what Flux reaches in one step from the one before): the builds, which
+    // take the time, run in parallel; everything else runs in order, as Flux reaches them.
+    while !queue.is_empty() {
+        let level: Vec<(Value, Option<String>)> = queue
+            .drain(..)
+            .filter(|(ks, _)| seen.insert(object_name(ks)))
+            .collect();
+        let builds = build_level(root, &entry.root, &level, engine);
+        for ((ks, file), (built, problems)) in level.into_iter().zip(builds) {
+            cluster.problems.extend(problems);
+            let Some(resources) = built else {
+                continue;
+            };
+            reach(
+                &mut cluster,
+                &mut queue,
+                entry,
+                &source,
+                ks,
+                file,
+                resources,
+            );
         }
-        let built = build_one(
-            root,
-            &entry.root,
-            &ks,
-            file.as_deref(),
-            engine,
-            &mut cluster,
-        );
-        let Some(mut resources) = built else {
-            continue;
-        };
-        for resource in &mut resources {
-            resource.file = in_repository(resource.file.take());
-        }
-        let (substituted, own_sources) = post_build(&ks, &resources, &cluster.objects);
-        for source in own_sources {
-            cluster.problems.push(Problem {
-                level: 0,
-                code: "SubstituteSourceSelfApplied",
-                object: object_name(&ks),
-                file: file.clone(),
-                line: None,
-                message: format!(
-                    "substituteFrom {source} is applied by this Kustomization itself: planned as in a running cluster, where it exists; it exists only after a first successful reconcile, so a new cluster needs it made first (or the reference optional)"
-                ),
-            });
-        }
-        let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
-        let root_url = source_url(&known, &entry.kustomization);
-        for object in &substituted {
-            if is_flux_kustomization(&object.object) && object.object != ks {
-                let same_url = root_url
-                    .as_deref()
-                    .is_some_and(|url| source_url(&known, &object.object).as_deref() == Some(url));
-                let artifact = artifact_path(&known, &object.object, &source);
-                let follows = match (&artifact, same_url) {
-                    (Some(Ok(_)), _) | (None, true) => Ok(()),
-                    (Some(Err(why)), _) => Err(why.clone()),
-                    (None, false) => follows(&object.object, &source),
-                };
-                match follows {
-                    Ok(()) => {
-                        let mut child = object.object.clone();
-                        if let (Some(Ok(path)), Some(spec)) = (&artifact, child.get_mut("spec")) {
-                            spec["path"] = Value::String(path.clone());
-                        }
-                        queue.push_back((child, object.file.clone()));
-                    }
-                    Err(why) => cluster.problems.push(Problem {
-                        level: 0,
-                        code: "SourceNotFollowed",
-                        object: object_name(&object.object),
-                        file: object.file.clone(),
-                        line: None,
-                        message: why,
-                    }),
-                }
-            }
-        }
-        cluster.objects.extend(substituted);
-        let path = join(&entry.root, &normalize(text(&ks, "/spec/path")));
-        cluster.applied.push(Applied {
-            kustomization: ks,
-            resources,
-            path,
-        });
     }
     // Files the source leaves out are still read here: say so rather than guess.
     let ignores = cluster.objects.iter().find(|o| {
@@ -335,6 +283,141 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
         });
     }
     cluster
+}
+
+/// Takes in what the Kustomization `ks` (declared in `file`) applies, `resources` as built:
+/// substitutes them, queues the Kustomizations among them that follow the cluster's source, and
+/// records them in `cluster`.
+fn reach(
+    cluster: &mut Cluster,
+    queue: &mut VecDeque<(Value, Option<String>)>,
+    entry: &Entry,
+    source: &(String, String),
+    ks: Value,
+    file: Option<String>,
+    mut resources: Vec<Object>,
+) {
+    // Files are reported relative to the repository, also when the source is a sub-directory.
+    for resource in &mut resources {
+        resource.file = match (resource.file.take(), entry.root.is_empty()) {
+            (Some(f), false) if !f.starts_with("--") => Some(join(&entry.root, &f)),
+            (file, _) => file,
+        };
+    }
+    let (substituted, own_sources) = post_build(&ks, &resources, &cluster.objects);
+    for source in own_sources {
+        cluster.problems.push(Problem {
+            level: 0,
+            code: "SubstituteSourceSelfApplied",
+            object: object_name(&ks),
+            file: file.clone(),
+            line: None,
+            message: format!(
+                "substituteFrom {source} is applied by this Kustomization itself: planned as in a running cluster, where it exists; it exists only after a first successful reconcile, so a new cluster needs it made first (or the reference optional)"
+            ),
+        });
+    }
+    let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
+    let root_url = source_url(&known, &entry.kustomization);
+    for object in &substituted {
+        if is_flux_kustomization(&object.object) && object.object != ks {
+            let same_url = root_url
+                .as_deref()
+                .is_some_and(|url| source_url(&known, &object.object).as_deref() == Some(url));
+            let artifact = artifact_path(&known, &object.object, source);
+            let follows = match (&artifact, same_url) {
+                (Some(Ok(_)), _) | (None, true) => Ok(()),
+                (Some(Err(why)), _) => Err(why.clone()),
+                (None, false) => follows(&object.object, source),
+            };
+            match follows {
+                Ok(()) => {
+                    let mut child = object.object.clone();
+                    if let (Some(Ok(path)), Some(spec)) = (&artifact, child.get_mut("spec")) {
+                        spec["path"] = Value::String(path.clone());
+                    }
+                    queue.push_back((child, object.file.clone()));
+                }
+                Err(why) => cluster.problems.push(Problem {
+                    level: 0,
+                    code: "SourceNotFollowed",
+                    object: object_name(&object.object),
+                    file: object.file.clone(),
+                    line: None,
+                    message: why,
+                }),
+            }
+        }
+    }
+    cluster.objects.extend(substituted);
+    let path = join(&entry.root, &normalize(text(&ks, "/spec/path")));
+    cluster.applied.push(Applied {
+        kustomization: ks,
+        resources,
+        path,
+    });
+}
+
+/// What one Kustomization applies before postBuild (`None`: it cannot be built), and the
+/// problems found building it.
+type Built = (Option<Vec<Object>>, Vec<Problem>);
+
+/// Builds each Kustomization of `level` ([`build_one`]), in parallel, results in order.
+fn build_level(
+    root: &Path,
+    prefix: &str,
+    level: &[(Value, Option<String>)],
+    engine: &Engine,
+) -> Vec<(Option<Vec<Object>>, Vec<Problem>)> {
+    let build =
+        |(ks, file): &(Value, Option<String>)| build_one(root, prefix, ks, file.as_deref(), engine);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(level.len());
+    if workers <= 1 {
+        return level.iter().map(build).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut results: Vec<(usize, Built)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(item) = level.get(i) else { break };
+                        done.push((i, build(item)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    let mut results = results.into_iter().peekable();
+    // A build that panicked has no result: its Kustomization says so rather than vanish.
+    level
+        .iter()
+        .enumerate()
+        .map(|(i, (ks, file))| match results.next_if(|(j, _)| *j == i) {
+            Some((_, result)) => result,
+            None => (
+                None,
+                vec![Problem {
+                    level: 2,
+                    code: "BuildFailed",
+                    object: object_name(ks),
+                    file: file.clone(),
+                    line: None,
+                    message: "the build stopped unexpectedly (a bug in conflux plan)".to_owned(),
+                }],
+            ),
+        })
+        .collect()
 }
 
 /// The URL of a Kustomization's source (`spec.url` of the GitRepository/OCIRepository/Bucket
@@ -449,18 +532,24 @@ fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), Strin
 }
 
 /// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
-fn build_one(
+fn build_one(root: &Path, prefix: &str, ks: &Value, file: Option<&str>, engine: &Engine) -> Built {
+    let mut problems = Vec::new();
+    let built = build_into(root, prefix, ks, file, engine, &mut problems);
+    (built, problems)
+}
+
+fn build_into(
     root: &Path,
     prefix: &str,
     ks: &Value,
     file: Option<&str>,
     engine: &Engine,
-    cluster: &mut Cluster,
+    problems: &mut Vec<Problem>,
 ) -> Option<Vec<Object>> {
     let name = object_name(ks);
     let path = text(ks, "/spec/path");
     let mut problem = |level, code, message: String| {
-        cluster.problems.push(Problem {
+        problems.push(Problem {
             level,
             code,
             object: name.clone(),
@@ -495,7 +584,7 @@ fn build_one(
         Ok(build) => {
             for p in build.problems {
                 let file = p.file.map(|f| join(prefix, &f));
-                cluster.problems.push(Problem {
+                problems.push(Problem {
                     object: name.clone(),
                     file: file.or_else(|| fallback.clone()),
                     ..p
@@ -511,7 +600,7 @@ fn build_one(
                 Error::InFile { file, line, .. } => (Some(join(prefix, file)), *line),
                 _ => (file.map(str::to_owned), None),
             };
-            cluster.problems.push(Problem {
+            problems.push(Problem {
                 level: 2,
                 code: "BuildFailed",
                 object: name,

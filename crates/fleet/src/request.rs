@@ -97,10 +97,21 @@ impl Request {
             }
             if !entries.is_empty() {
                 let engine = Engine::pick(self.kustomize.as_deref());
-                let built: Vec<fleet::Cluster> = entries
-                    .iter()
-                    .map(|entry| fleet::plan_cluster(root, entry, &engine, &external))
-                    .collect();
+                // Clusters are independent: built in parallel.
+                let built: Vec<fleet::Cluster> = std::thread::scope(|scope| {
+                    let handles: Vec<_> = entries
+                        .iter()
+                        .map(|entry| {
+                            let (engine, external) = (&engine, &external);
+                            scope.spawn(move || fleet::plan_cluster(root, entry, engine, external))
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .zip(&entries)
+                        .map(|(handle, entry)| handle.join().unwrap_or_else(|_| stopped(entry)))
+                        .collect()
+                });
                 let own = self.clusters.is_empty();
                 let plans = entries
                     .iter()
@@ -136,6 +147,23 @@ fn reached_by_another(index: usize, entries: &[Entry], built: &[fleet::Cluster])
             && applies(&built[other], &entries[index])
             && !applies(&built[index], &entries[other])
     })
+}
+
+/// The cluster of `entry` when planning it panicked (a bug): an error says so.
+fn stopped(entry: &Entry) -> fleet::Cluster {
+    fleet::Cluster {
+        name: join(&entry.root, &normalize(sync_path(entry))),
+        problems: vec![crate::problem::Problem {
+            level: 2,
+            code: "BuildFailed",
+            object: fleet::object_name(&entry.kustomization),
+            file: Some(entry.file.clone()),
+            line: None,
+            message: "planning this cluster stopped unexpectedly (a bug in conflux plan)"
+                .to_owned(),
+        }],
+        ..fleet::Cluster::default()
+    }
 }
 
 /// The `spec.path` an entry point syncs, as written.
