@@ -429,6 +429,53 @@ mod tests {
         assert!(applied.contains(&"apps/prod"), "{applied:?}");
     }
 
+    /// kustomize refuses a Component under `resources` and a Kustomization under `components`;
+    /// so does the built-in engine.
+    #[test]
+    fn components_and_resources_are_not_interchangeable() {
+        let component = "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n\
+                         resources:\n  - cm.yaml\n";
+        let cm = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: default\n";
+        for (field, target, kustomization, fails) in [
+            ("resources", "../comp", component, true),
+            ("components", "../comp", component, false),
+            (
+                "components",
+                "../comp",
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                 resources:\n  - cm.yaml\n",
+                true,
+            ),
+        ] {
+            let app = format!(
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n{field}:\n  - {target}\n"
+            );
+            let plans = plan_fleet(
+                "component",
+                &[
+                    (SYNC, &ks("flux-system", "  path: ./clusters/prod\n")),
+                    (
+                        "clusters/prod/apps.yaml",
+                        &ks("apps", "  path: ./apps/web\n"),
+                    ),
+                    ("apps/web/kustomization.yaml", &app),
+                    ("apps/comp/kustomization.yaml", kustomization),
+                    ("apps/comp/cm.yaml", cm),
+                ],
+            );
+            assert_eq!(
+                codes(&plans).contains(&"BuildFailed"),
+                fails,
+                "{field} {kustomization}: {:?}",
+                plans
+                    .iter()
+                    .flat_map(|p| &p.rows)
+                    .map(|r| &r.message)
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
     #[test]
     fn a_finding_points_at_the_kind_line_of_its_document() {
         let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n---\n\

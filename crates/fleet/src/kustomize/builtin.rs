@@ -149,6 +149,12 @@ fn accumulate(
         let absolute = root.join(&path);
         if absolute.is_dir() {
             let (file, child) = load_kustomization(root, &path)?;
+            // kustomize refuses a Component listed as a resource.
+            if kustomization_kind(&child) == "Component" {
+                return Err(Error::Build(format!(
+                    "accumulating resources from '{resource}': expected kind != 'Component' for path '{path}' (a Component belongs under components)"
+                )));
+            }
             let mut sub = Vec::new();
             let here = Here {
                 root,
@@ -189,6 +195,12 @@ fn accumulate(
     for component in strings(kustomization.get("components")) {
         let path = join(dir, &component);
         let (file, child) = load_kustomization(root, &path)?;
+        let kind = kustomization_kind(&child);
+        if kind != "Component" {
+            return Err(Error::Build(format!(
+                "accumulating components: expected kind 'Component' for path '{path}' but got '{kind}'"
+            )));
+        }
         let here = Here {
             root,
             dir: &path,
@@ -200,6 +212,14 @@ fn accumulate(
     patches(here, kustomization, items, build)?;
     transform(kustomization, items);
     Ok(())
+}
+
+/// A kustomization file's kind; kustomize reads none as `Kustomization`.
+fn kustomization_kind(kustomization: &Value) -> &str {
+    match kustomization.get("kind").and_then(Value::as_str) {
+        None | Some("") => "Kustomization",
+        Some(kind) => kind,
+    }
 }
 
 fn name_of(object: &Value) -> String {
