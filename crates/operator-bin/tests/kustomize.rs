@@ -96,7 +96,7 @@ fn flux_generator_takes_sub_kustomizations_whole_and_only_manifests() {
 
 #[test]
 fn the_built_in_subset_equals_kustomize() {
-    for dir in ["overlay", "labels", "hashing", "base", "patched"] {
+    for dir in ["overlay", "labels", "hashing", "base", "patched", "merged"] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,
             "{dir} builds nothing"
@@ -127,10 +127,13 @@ fn the_flux_kustomization_fields_equal_kustomize() {
 }
 
 #[test]
-fn a_strategic_merge_patch_is_named_not_guessed() {
+fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guessed() {
+    // A list in a patch of a Kubernetes kind: kustomize merges it with the schema's list keys.
     let overlay = FluxOverlay {
         patches: vec![
-            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app-settings}\ndata: {x: y}\n"}),
+            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n\
+                                       data: {x: y}\nimmutable: true\nother: [1]\n",
+                             "target": {"kind": "ConfigMap"}}),
         ],
         ..FluxOverlay::default()
     };

@@ -1,7 +1,8 @@
 //! The built-in kustomize subset: resources, components, namespace, name prefix and suffix,
 //! labels and annotations, ConfigMap and Secret generators with their hash suffixes and their
-//! references in pod templates, JSON 6902 `patches`. Any other field (and a strategic-merge patch)
-//! is a `KustomizeUnsupported` problem.
+//! references in pod templates, JSON 6902 `patches`, and strategic-merge `patches` where they
+//! are exact ([`merge`]). Any other field (and any other strategic-merge patch) is a
+//! `KustomizeUnsupported` problem.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +13,8 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{
-    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, read_documents,
+    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, merge,
+    read_documents,
 };
 use crate::path::relative;
 use crate::problem::Problem;
@@ -524,13 +526,18 @@ fn patches(
         let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
         let patch: Value =
             serde_saphyr::from_str_with_options(&text, options).map_err(super::yaml_error)?;
-        let Value::Array(operations) = patch else {
-            unsupported(
-                build,
-                here,
-                "a strategic-merge patch is not applied by the built-in kustomize".to_owned(),
-            );
-            continue;
+        let target = entry.get("target").cloned().unwrap_or(Value::Null);
+        let operations = match patch {
+            Value::Array(operations) => operations,
+            Value::Object(_) => {
+                strategic_merge(here, &patch, &target, items, build)?;
+                continue;
+            }
+            _ => {
+                return Err(Error::Build(format!(
+                    "a patch in '{dir}' is neither a strategic-merge patch nor a JSON 6902 list"
+                )));
+            }
         };
         let unknown = operations.iter().find_map(|o| {
             let op = o.get("op").and_then(Value::as_str).unwrap_or_default();
@@ -546,7 +553,6 @@ fn patches(
             );
             continue;
         }
-        let target = entry.get("target").cloned().unwrap_or(Value::Null);
         for item in items.iter_mut() {
             if selects(&target, &item.object.object)? {
                 for operation in &operations {
@@ -559,6 +565,70 @@ fn patches(
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// A strategic-merge `patch` (see [`merge`]): on what `target` selects, or without a target on
+/// the one object it names (group, kind, name and namespace, none being none), which must
+/// exist.
+fn strategic_merge(
+    here: Here<'_>,
+    patch: &Value,
+    target: &Value,
+    items: &mut [Item],
+    build: &mut Build,
+) -> Result<()> {
+    let text = |v: &Value, p: &str| {
+        v.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (kind, name, namespace) = (
+        text(patch, "/kind"),
+        text(patch, "/metadata/name"),
+        text(patch, "/metadata/namespace"),
+    );
+    let api_version = text(patch, "/apiVersion");
+    let named = |object: &Value| {
+        text(object, "/kind") == kind
+            && text(object, "/metadata/name") == name
+            && text(object, "/metadata/namespace") == namespace
+            && merge::group_of(&text(object, "/apiVersion")) == merge::group_of(&api_version)
+    };
+    let mut selected = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let chosen = if target.is_null() {
+            named(&item.object.object)
+        } else {
+            selects(target, &item.object.object)?
+        };
+        if chosen {
+            selected.push(index);
+        }
+    }
+    if target.is_null() && selected.is_empty() {
+        return Err(Error::Build(format!(
+            "no resource matches strategic merge patch \"{kind}/{name}\" in '{}'",
+            here.dir
+        )));
+    }
+    // The patch's own name and namespace say what it is for; they never rename.
+    let mut body = patch.clone();
+    if let Some(metadata) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.remove("name");
+        metadata.remove("namespace");
+    }
+    for &index in &selected {
+        let object = &items[index].object.object;
+        if let Err(why) = merge::supported(&body, merge::group_of(&text(object, "/apiVersion"))) {
+            unsupported(build, here, format!("{why}; that patch is skipped"));
+            return Ok(());
+        }
+    }
+    for index in selected {
+        merge::merge(&mut items[index].object.object, &body);
     }
     Ok(())
 }

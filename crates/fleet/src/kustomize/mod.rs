@@ -18,6 +18,7 @@
 
 mod binary;
 mod builtin;
+mod merge;
 mod overlay;
 
 use std::path::{Path, PathBuf};
