@@ -290,6 +290,20 @@ impl Memory {
         true
     }
 
+    /// As [`Memory::set`], except that when only the versions its digests stand for changed
+    /// (a metadata-only write of a config), the shard is not marked: its next write carries
+    /// them, and a restart before it reads those configs again (the same answer, one page
+    /// dearer). Whether the shard needs a write.
+    pub(super) fn refresh(&mut self, object: &ObjectRef, entry: Entry) -> bool {
+        match self.entries.get_mut(object) {
+            Some(known) if known.uid == entry.uid && known.baseline == entry.baseline => {
+                known.versions = entry.versions;
+                false
+            }
+            _ => self.set(object, entry),
+        }
+    }
+
     /// Forgets `object`; whether it was remembered.
     pub(super) fn remove(&mut self, object: &ObjectRef) -> bool {
         let removed = self.entries.remove(object).is_some();

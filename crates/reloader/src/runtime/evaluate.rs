@@ -223,8 +223,9 @@ async fn decide_and_act(ctx: &Context, mut plan: Plan) -> (ObjectRef, Causes, Ne
             ctx.count(if held { "held" } else { "none" });
             act::report_held(ctx, &plan, &current).await;
             if !held {
-                // Same baseline; the versions its digests stand for may be newer.
-                memory::remember(ctx, &object, entry);
+                // Same baseline; the versions its digests stand for may be newer (a
+                // metadata-only write): kept, written with the shard's next change.
+                memory::refresh(ctx, &object, entry);
             }
             Next::Done
         }

@@ -41,6 +41,15 @@ pub(super) fn remember(ctx: &Context, object: &ObjectRef, entry: Entry) {
     }
 }
 
+/// Remembers `entry` for `object` after an evaluation that changed nothing: a write of its
+/// shard only when more than the versions changed ([`super::cache::Memory::refresh`]).
+pub(super) fn refresh(ctx: &Context, object: &ObjectRef, entry: Entry) {
+    let changed = ctx.state().memory.refresh(object, entry);
+    if changed {
+        ctx.later(Work::Save, SAVE_AFTER);
+    }
+}
+
 /// Forgets `object` and schedules the write of its shard.
 pub(super) fn forget(ctx: &Context, object: &ObjectRef) {
     let changed = ctx.state().memory.remove(object);
@@ -252,6 +261,23 @@ mod tests {
             "another workload of that name"
         );
         assert_eq!(memory.get(&web, None), None);
+        // A metadata-only write of a config: newer versions, same baseline, no write.
+        let mut newer = entry.clone();
+        newer.versions.insert(
+            (watch_index::refs::ConfigKind::ConfigMap, "cm".into()),
+            Some("7".into()),
+        );
+        assert!(!memory.refresh(&web, newer.clone()));
+        assert!(memory.dirty.is_empty());
+        assert_eq!(memory.get(&web, Some("u1")), Some(&newer), "kept in memory");
+        // Another baseline is a change.
+        let rolled = Entry {
+            baseline: "v2;01".into(),
+            ..newer
+        };
+        assert!(memory.refresh(&web, rolled));
+        assert_eq!(memory.dirty, BTreeSet::from([shard_of(&web)]));
+        memory.dirty.clear();
         assert!(memory.remove(&web));
         assert!(!memory.remove(&web));
         assert_eq!(memory.dirty.len(), 1);
