@@ -107,8 +107,22 @@ pub async fn scale(
     let client = &world.client;
     let nss: Vec<String> = (0..CONFIG_NAMESPACES).map(cfg_ns).collect();
     world::namespaces(client, &nss, json!({})).await;
+    // conflux with the reload controller alone: what compares with Reloader.
+    let reload_only = Slot {
+        name: "conflux (reload only)".into(),
+        contender: peers.conflux.contender.clone().map(|mut c| {
+            c.name = "conflux (reload only)".into();
+            for arg in c.args.iter_mut() {
+                if arg.starts_with("--controllers=") {
+                    *arg = "--controllers=reload".into();
+                }
+            }
+            c
+        }),
+    };
     let slots = [
         &peers.conflux,
+        &reload_only,
         &peers.reloader,
         &peers.wave,
         &peers.replicator,
