@@ -58,6 +58,14 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// A `--substitute-from` value that cannot be read (its values are never shown).
+    #[error("--substitute-from {spec}: {reason}")]
+    SubstituteFrom {
+        /// The value as given.
+        spec: String,
+        /// Why.
+        reason: String,
+    },
     /// `--cluster` given with several PATHs or a file: clusters are directories of one
     /// repository.
     #[error("--cluster needs exactly one PATH: the repository's directory")]

@@ -17,5 +17,6 @@ pub mod plan;
 mod problem;
 pub mod render;
 pub mod request;
+pub mod substitute_from;
 
 pub use error::{Error, Result};

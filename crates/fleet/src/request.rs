@@ -28,6 +28,9 @@ pub struct Request {
     pub kustomize: Option<PathBuf>,
     /// `--external`: manifests of objects that exist in the cluster but not in the repository.
     pub external: Vec<PathBuf>,
+    /// `--substitute-from`: substitution sources from outside Git
+    /// ([`crate::substitute_from`]), for building and auditing.
+    pub substitute_from: Vec<String>,
     /// What the audits take from the flags.
     pub options: Options,
 }
@@ -53,6 +56,9 @@ impl Request {
             })?;
             let name = format!("--external {}", file.display());
             external.extend(objects.into_iter().map(|object| at(object, &name)));
+        }
+        for spec in &self.substitute_from {
+            external.extend(crate::substitute_from::objects(spec)?);
         }
         let root = match self.paths.as_slice() {
             [root] if root.is_dir() => Some(root.as_path()),
@@ -294,6 +300,11 @@ mod tests {
     /// Plans a fleet made of `files` (path, text) with the built-in engine; `tag` names its
     /// scratch directory.
     fn plan_fleet(tag: &str, files: &[(&str, &str)]) -> Vec<Plan> {
+        plan_fleet_with(tag, files, &[])
+    }
+
+    /// [`plan_fleet`] with `--substitute-from` values (`{dir}` in them is the fleet's directory).
+    fn plan_fleet_with(tag: &str, files: &[(&str, &str)], substitute_from: &[&str]) -> Vec<Plan> {
         let dir = std::env::temp_dir().join(format!("conflux-fleet-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         for (file, text) in files {
@@ -306,6 +317,10 @@ mod tests {
             clusters: Vec::new(),
             kustomize: Some(PathBuf::from("builtin")),
             external: Vec::new(),
+            substitute_from: substitute_from
+                .iter()
+                .map(|s| s.replace("{dir}", &dir.display().to_string()))
+                .collect(),
             options: Options {
                 sync_source_namespaces: Vec::new(),
                 copy_resourceset_targets: false,
@@ -474,6 +489,47 @@ mod tests {
                     .collect::<Vec<_>>()
             );
         }
+    }
+
+    /// The cluster settings come from Terraform: `--substitute-from` gives them to the plan.
+    #[test]
+    fn substitution_values_from_outside_git_build_and_audit_the_fleet() {
+        let files = [
+            (
+                SYNC,
+                ks(
+                    "flux-system",
+                    "  path: ./clusters/prod\n  postBuild:\n    substituteFrom:\n      \
+                     - kind: ConfigMap\n        name: cluster-settings\n",
+                ),
+            ),
+            (
+                "clusters/prod/apps.yaml",
+                ks("apps", "  path: ./apps/${CLUSTER}\n"),
+            ),
+            (
+                "apps/prod/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n"
+                    .to_owned(),
+            ),
+            ("values/settings.env", "CLUSTER=prod\n".to_owned()),
+        ];
+        let files: Vec<(&str, &str)> = files.iter().map(|(f, t)| (*f, t.as_str())).collect();
+        let without = codes(&plan_fleet("outside", &files));
+        assert!(
+            without.contains(&"SubstituteSourceMissing") && without.contains(&"PathNotFound"),
+            "{without:?}"
+        );
+        let with = plan_fleet_with(
+            "outside",
+            &files,
+            &["ConfigMap/cluster-settings={dir}/values/settings.env"],
+        );
+        let codes = codes(&with);
+        assert!(
+            !codes.contains(&"SubstituteSourceMissing") && !codes.contains(&"PathNotFound"),
+            "{codes:?}"
+        );
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub struct PlanArgs {
     /// Terraform, External Secrets, an operator). Repeatable. Secret values may be left out.
     #[arg(long, value_name = "FILE")]
     pub external: Vec<PathBuf>,
+    /// Substitution values from outside Git, for building and auditing:
+    /// `[KIND/[NAMESPACE/]]NAME=FILE` makes a dotenv FILE the ConfigMap (default) or Secret NAME
+    /// in NAMESPACE (default flux-system) that `postBuild.substituteFrom` names; a plain FILE
+    /// holds ConfigMap/Secret manifests. Repeatable. Values are never printed.
+    #[arg(long, value_name = "SOURCE=FILE")]
+    pub substitute_from: Vec<String>,
     /// As `conflux run --copy-resourceset-targets`: judge the copies of ResourceSet-generated
     /// targets as conflux's. Off: they are Flux Operator's.
     #[arg(long)]
@@ -107,6 +113,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         clusters: args.cluster.clone(),
         kustomize: args.kustomize.clone(),
         external: args.external.clone(),
+        substitute_from: args.substitute_from.clone(),
         options: Options {
             sync_source_namespaces: args.sync_source_namespaces.clone(),
             copy_resourceset_targets: args.copy_resourceset_targets,
