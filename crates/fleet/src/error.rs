@@ -58,6 +58,14 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// `--base`: the revision cannot be read from the Git repository holding the path.
+    #[error("--base {revision}: {reason}")]
+    Base {
+        /// The revision as given.
+        revision: String,
+        /// Why (git's message).
+        reason: String,
+    },
     /// A `--substitute-from` value that cannot be read (its values are never shown).
     #[error("--substitute-from {spec}: {reason}")]
     SubstituteFrom {

@@ -17,6 +17,7 @@ pub mod plan;
 mod problem;
 pub mod render;
 pub mod request;
+pub mod review;
 pub mod substitute_from;
 
 pub use error::{Error, Result};

@@ -36,7 +36,8 @@ const HEADERS: [&[&str]; 3] = [
     &["SOURCE", "RECONCILES", "WHEN", "INTERVAL", "REFERENCE"],
     &["CONFIG", "ROLLS", "WHY"],
 ];
-const KEYS: [&str; 3] = ["copies", "watchEdges", "reloadEdges"];
+/// The JSON keys of the three edge sections, in `Plan::sections` order.
+pub const KEYS: [&str; 3] = ["copies", "watchEdges", "reloadEdges"];
 const COLOURS: [&str; 3] = ["darkgreen", "blue", "purple"];
 
 /// The plans as aligned tables (ANSI colours when `colour`), each closed by its summary line;

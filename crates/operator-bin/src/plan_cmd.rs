@@ -15,6 +15,7 @@ use std::process::ExitCode;
 use conflux_fleet::plan::{LEVELS, Options};
 use conflux_fleet::render;
 use conflux_fleet::request::Request;
+use conflux_fleet::review::BaseTree;
 use watch_index::selector::Selector;
 
 /// Output formats of `conflux plan`.
@@ -27,6 +28,8 @@ pub enum Format {
     Json,
     /// A graphviz digraph of copies, watch edges and reload edges.
     Dot,
+    /// With `--base`: the review as Markdown, for a pull request comment.
+    Markdown,
 }
 
 /// The lowest severity that makes `conflux plan` exit with status 1.
@@ -80,6 +83,12 @@ pub struct PlanArgs {
     /// holds ConfigMap/Secret manifests. Repeatable. Values are never printed.
     #[arg(long, value_name = "SOURCE=FILE")]
     pub substitute_from: Vec<String>,
+    /// Review a change: plan PATH (one directory in a Git working tree) as it is and as it was
+    /// at this revision (`main`, `origin/main`, a commit), and report only what changed:
+    /// findings that appear or disappear, copies and edges added or removed. The exit status
+    /// follows the new findings only.
+    #[arg(long, value_name = "REV")]
+    pub base: Option<String>,
     /// As `conflux run --copy-resourceset-targets`: judge the copies of ResourceSet-generated
     /// targets as conflux's. Off: they are Flux Operator's.
     #[arg(long)]
@@ -129,6 +138,13 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         }
     };
     let threshold = args.fail_on as usize;
+    if let Some(base) = &args.base {
+        return review(args, &request, base, &plans, threshold);
+    }
+    if args.output == Format::Markdown {
+        eprintln!("conflux plan: --output markdown is the review of --base");
+        return Ok(ExitCode::from(2));
+    }
     let rows = || plans.iter().flat_map(|p| &p.rows);
     let failed = rows().any(|r| r.level >= threshold);
     let out = match args.output {
@@ -141,10 +157,60 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             serde_json::to_string_pretty(&document)? + "\n"
         }
         Format::Dot => render::dot(&plans),
+        // Refused above: Markdown is the review's.
+        Format::Markdown => String::new(),
     };
     emit(&out)?;
     for row in rows().filter(|r| r.domain == "input") {
         eprintln!("conflux plan: {}: {}", row.object, row.message);
     }
     Ok(ExitCode::from(u8::from(failed)))
+}
+
+/// `--base REV`: plans PATH as it was at REV too, and writes what changed.
+fn review(
+    args: &PlanArgs,
+    request: &Request,
+    base: &str,
+    plans: &[conflux_fleet::plan::Plan],
+    threshold: usize,
+) -> anyhow::Result<ExitCode> {
+    let [path] = request.paths.as_slice() else {
+        eprintln!("conflux plan: --base needs exactly one PATH, a directory in a Git working tree");
+        return Ok(ExitCode::from(2));
+    };
+    let tree = match BaseTree::extract(path, base) {
+        Ok(tree) => tree,
+        Err(err) => {
+            eprintln!("conflux plan: {err}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let before = Request {
+        paths: vec![tree.path().to_path_buf()],
+        clusters: request.clusters.clone(),
+        kustomize: request.kustomize.clone(),
+        external: request.external.clone(),
+        substitute_from: request.substitute_from.clone(),
+        options: request.options.clone(),
+    };
+    let base_plans = match before.plans() {
+        Ok(plans) => plans,
+        Err(err) => {
+            eprintln!("conflux plan: at {base}: {err}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let review = conflux_fleet::review::review(base, &base_plans, plans);
+    let out = match args.output {
+        Format::Text => review.text(),
+        Format::Json => serde_json::to_string_pretty(&review.json(threshold))? + "\n",
+        Format::Markdown => review.markdown(),
+        Format::Dot => {
+            eprintln!("conflux plan: --output dot has no review form; use text, json or markdown");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    emit(&out)?;
+    Ok(ExitCode::from(u8::from(review.fails(threshold))))
 }

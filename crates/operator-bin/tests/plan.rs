@@ -440,3 +440,84 @@ fn a_missing_path_an_empty_input_and_a_closed_pipe() {
     assert_ne!(status.code(), Some(101), "a broken pipe must not panic");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--base REV` reviews a change: only what the working tree changed against the revision, and
+/// the exit status from the new findings alone.
+#[test]
+fn a_review_against_a_base_revision_reports_only_what_changed() {
+    let dir = std::env::temp_dir().join(format!("conflux-plan-review-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let write = |file: &str, text: &str| {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    };
+    let ks = |name: &str, path: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  namespace: flux-system\nspec:\n  path: {path}\n"
+        )
+    };
+    write(
+        "clusters/prod/flux-system/gotk-sync.yaml",
+        &ks("flux-system", "./clusters/prod"),
+    );
+    write("clusters/prod/apps.yaml", &ks("apps", "./apps"));
+    write(
+        "apps/cm.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n",
+    );
+    // An error already on the base: not the change's.
+    write("clusters/prod/old.yaml", &ks("old", "./missing-before"));
+    let git = |args: &[&str]| {
+        let status = Command::new("git")
+            .arg("-C")
+            .arg(&dir)
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+            .args(args)
+            .stdout(Stdio::null())
+            .status()
+            .expect("git runs");
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-q", "-m", "base"]);
+    // The change: a new Kustomization whose path does not exist.
+    write("clusters/prod/new.yaml", &ks("new", "./missing-now"));
+    let path = dir.to_string_lossy().into_owned();
+
+    let out = conflux(&[&path, "--base", "HEAD", "-o", "json"], "");
+    let review = json(&out);
+    let new: Vec<&str> = review["newFindings"]
+        .as_array()
+        .expect("newFindings")
+        .iter()
+        .map(|f| f["object"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(new, ["Kustomization/flux-system/new"], "{review:#}");
+    assert_eq!(review["resolvedFindings"], serde_json::json!([]));
+    assert_eq!(out.status.code(), Some(1), "a new error fails the review");
+
+    let markdown = conflux(&[&path, "--base", "HEAD", "-o", "markdown"], "");
+    let markdown = text(&markdown.stdout);
+    assert!(
+        markdown.starts_with("### conflux plan: changes against `HEAD`")
+            && markdown.contains("PathNotFound")
+            && !markdown.contains("missing-before"),
+        "{markdown}"
+    );
+
+    // Fixed in the working tree: the base's error is resolved, nothing new, status 0.
+    std::fs::remove_file(dir.join("clusters/prod/new.yaml")).expect("rm");
+    std::fs::remove_file(dir.join("clusters/prod/old.yaml")).expect("rm");
+    let out = conflux(&[&path, "--base", "HEAD", "-o", "json"], "");
+    let review = json(&out);
+    assert_eq!(review["newFindings"], serde_json::json!([]));
+    assert_eq!(
+        review["resolvedFindings"].as_array().map(Vec::len),
+        Some(1),
+        "{review:#}"
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
