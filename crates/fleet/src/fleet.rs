@@ -58,6 +58,10 @@ pub struct Cluster {
     pub applied: Vec<Applied>,
     /// Problems found while reading.
     pub problems: Vec<Problem>,
+    /// The objects (`Kind/namespace/name`) applied by a build that skipped a step kustomize
+    /// applies, directly or through a parent: what is judged of them is judged on an
+    /// approximation.
+    pub approximate: BTreeSet<String>,
 }
 
 fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
@@ -241,10 +245,15 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
             .collect();
         let builds = build_level(root, &entry.root, &level, engine);
         for ((ks, file), (built, problems)) in level.into_iter().zip(builds) {
+            // A build that skipped a step kustomize applies, or that an approximate build
+            // applied: what it applies is approximate too.
+            let approximate = problems.iter().any(|p| p.code == "KustomizeUnsupported")
+                || cluster.approximate.contains(&object_name(&ks));
             cluster.problems.extend(problems);
             let Some(resources) = built else {
                 continue;
             };
+            let before = cluster.objects.len();
             reach(
                 &mut cluster,
                 &mut queue,
@@ -254,6 +263,13 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
                 file,
                 resources,
             );
+            if approximate {
+                let applied = cluster.objects[before..]
+                    .iter()
+                    .map(|o| object_name(&o.object));
+                let applied: Vec<String> = applied.collect();
+                cluster.approximate.extend(applied);
+            }
         }
     }
     // Files the source leaves out are still read here: say so rather than guess.

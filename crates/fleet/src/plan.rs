@@ -350,7 +350,23 @@ pub fn plan_cluster(cluster: fleet::Cluster, options: &Options) -> Plan {
         });
     }
     let applied = cluster.applied;
-    audit(input, Some(cluster.name), rows, &applied, options)
+    let mut plan = audit(input, Some(cluster.name), rows, &applied, options);
+    // Nothing judged on a build that skipped a step is an error: it may be the skipped step's.
+    let mut lowered = false;
+    for row in &mut plan.rows {
+        if row.level == 2 && cluster.approximate.contains(&row.object) {
+            row.level = 1;
+            row.message.push_str(
+                " (judged on an approximate build: a step kustomize applies was skipped there or in a parent, see KustomizeUnsupported)",
+            );
+            lowered = true;
+        }
+    }
+    if lowered {
+        plan.rows
+            .sort_by(|a, b| (b.level, &a.object, a.code).cmp(&(a.level, &b.object, b.code)));
+    }
+    plan
 }
 
 fn audit(

@@ -532,6 +532,35 @@ mod tests {
         );
     }
 
+    /// A parent's kustomization uses a field the built-in engine skips (`replacements`, which
+    /// could set the child's path): what is judged of the child is a warning, not an error.
+    #[test]
+    fn nothing_downstream_of_a_skipped_step_is_an_error() {
+        let plans = plan_fleet(
+            "approximate",
+            &[
+                (SYNC, &ks("flux-system", "  path: ./clusters/prod\n")),
+                (
+                    "clusters/prod/kustomization.yaml",
+                    "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+                     resources:\n  - apps.yaml\nreplacements: []\n",
+                ),
+                (
+                    "clusters/prod/apps.yaml",
+                    &ks("apps", "  path: ./not-yet\n"),
+                ),
+            ],
+        );
+        let rows: Vec<(&str, usize)> = plans
+            .iter()
+            .flat_map(|p| &p.rows)
+            .map(|r| (r.code, r.level))
+            .collect();
+        assert!(rows.contains(&("KustomizeUnsupported", 1)), "{rows:?}");
+        assert!(rows.contains(&("PathNotFound", 1)), "{rows:?}");
+        assert!(!rows.iter().any(|(_, level)| *level == 2), "{rows:?}");
+    }
+
     #[test]
     fn a_finding_points_at_the_kind_line_of_its_document() {
         let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: other\n---\n\
