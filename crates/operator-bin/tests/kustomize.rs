@@ -126,6 +126,17 @@ fn the_flux_kustomization_fields_equal_kustomize() {
     assert_eq!(same("generated", &overlay), 6);
 }
 
+/// kustomize-controller adds the Flux Kustomization's components to the path's own
+/// kustomization, so the path's own patches see what the components bring.
+#[test]
+fn the_path_s_own_patches_see_the_flux_components() {
+    let overlay = FluxOverlay {
+        components: vec!["extra".to_owned()],
+        ..FluxOverlay::default()
+    };
+    assert_eq!(same("component-patch", &overlay), 2);
+}
+
 #[test]
 fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guessed() {
     // A list in a patch of a Kubernetes kind: kustomize merges it with the schema's list keys.

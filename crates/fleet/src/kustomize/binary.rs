@@ -1,6 +1,9 @@
-//! The real `kustomize` binary: a temporary kustomization lists the path (or, without a
-//! kustomization file there, what Flux's generator lists) with the Flux Kustomization's fields,
-//! and `buildMetadata: [originAnnotations]` gives each object its file.
+//! The real `kustomize` binary, called as kustomize-controller calls it: on the path's own
+//! kustomization, edited in place with the Flux Kustomization's fields (or, without a
+//! kustomization file there, the one Flux's generator writes). The edit is made in a scratch
+//! mirror of the repository (symbolic links to every file and directory, real directories only
+//! on the way to the path), so relative references resolve as in the repository and the
+//! repository is never written. `buildMetadata: [originAnnotations]` gives each object its file.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,65 +11,75 @@ use std::process::Command;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, normalize,
-    parse_documents, tail,
+    Build, FluxOverlay, KUSTOMIZATION_FILES, Object, generated_resources, join, kustomization_file,
+    normalize, parse_documents, read_documents, tail,
 };
-use crate::problem::Problem;
 use crate::{Error, Result};
 
-/// Runs the real kustomize on a temporary kustomization that lists `dir` (see the module docs).
+/// Runs the real kustomize on the path's own kustomization, edited (see the module docs).
 pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
     let root = root
         .canonicalize()
         .map_err(|e| Error::io(root.display(), e))?;
     let temp = TempDir::new()?;
-    // From the temporary directory to the filesystem root, then down to the repository.
-    let depth = temp.path.components().count().saturating_sub(1);
-    let up = "../".repeat(depth);
-    let to = |relative_to_root: &str| {
-        let absolute = root.join(relative_to_root);
-        let absolute = absolute.to_string_lossy();
-        format!("{up}{}", absolute.trim_start_matches('/'))
-    };
-    let own = kustomization_file(&root.join(dir)).is_some();
-    let resources: Vec<String> = if own {
-        vec![to(dir)]
-    } else {
-        generated_resources(&root, dir)
-            .iter()
-            .map(|r| to(r))
-            .collect()
-    };
-    let mut kustomization = Map::new();
-    kustomization.insert(
-        "apiVersion".into(),
-        json!("kustomize.config.k8s.io/v1beta1"),
+    let own = kustomization_file(&root.join(dir));
+    let file_name = own.as_ref().and_then(|f| f.file_name()).map_or_else(
+        || KUSTOMIZATION_FILES[0].to_owned(),
+        |n| n.to_string_lossy().into_owned(),
     );
-    kustomization.insert("kind".into(), json!("Kustomization"));
-    kustomization.insert("resources".into(), json!(resources));
-    kustomization.insert("buildMetadata".into(), json!(["originAnnotations"]));
+    mirror(&root, dir, &temp.path, &file_name)?;
+    let mut kustomization = match &own {
+        Some(file) => match read_documents(file)
+            .map_err(|e| super::in_file(&join(dir, &file_name), e))?
+            .into_iter()
+            .next()
+        {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        },
+        None => {
+            // Flux's generator: every manifest and sub-kustomization of the directory.
+            let resources: Vec<String> = generated_resources(&root, dir)
+                .iter()
+                .map(|r| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned())
+                .collect();
+            let mut map = Map::new();
+            map.insert(
+                "apiVersion".into(),
+                json!("kustomize.config.k8s.io/v1beta1"),
+            );
+            map.insert("kind".into(), json!("Kustomization"));
+            map.insert("resources".into(), json!(resources));
+            map
+        }
+    };
     overlay.add_to(&mut kustomization);
-    if !overlay.components.is_empty() {
-        let components = overlay.components.iter().map(|c| to(&join(dir, c)));
-        kustomization.insert("components".into(), json!(components.collect::<Vec<_>>()));
+    let metadata = kustomization
+        .entry("buildMetadata")
+        .or_insert_with(|| json!([]));
+    if let Some(list) = metadata.as_array_mut()
+        && !list.iter().any(|m| m == "originAnnotations")
+    {
+        list.push(json!("originAnnotations"));
     }
+    let built_dir = temp.path.join(dir);
     // A map of strings and lists: it always serialises.
     let text = Value::Object(kustomization).to_string();
-    std::fs::write(temp.path.join("kustomization.yaml"), text)
-        .map_err(|e| Error::io(temp.path.display(), e))?;
+    std::fs::write(built_dir.join(&file_name), text)
+        .map_err(|e| Error::io(built_dir.display(), e))?;
     let output = Command::new(binary)
         .args(["build", "--load-restrictor", "LoadRestrictionsNone"])
-        .arg(&temp.path)
+        .arg(&built_dir)
         .output()
         .map_err(|source| Error::Run {
             program: binary.display().to_string(),
             source,
         })?;
+    let (root_text, temp_text) = (root.to_string_lossy(), temp.path.to_string_lossy());
     if !output.status.success() {
         let stderr = String::from_utf8_lossy(&output.stderr);
-        let root_text = root.to_string_lossy();
         let stderr = stderr
-            .replace(&format!("{up}{}/", root_text.trim_start_matches('/')), "")
+            .replace(&format!("{temp_text}/"), "")
             .replace(&format!("{root_text}/"), "");
         let stderr = stderr.trim().trim_start_matches("Error: ");
         // kustomize nests its errors: the cause is at the end.
@@ -76,24 +89,50 @@ pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay
     let mut build = Build::default();
     for mut object in parse_documents(&stdout)? {
         let file = take_origin(&mut object).map(|origin| {
-            let path = normalize(&origin.replacen(&up, "", 1));
-            let root = normalize(&root.to_string_lossy());
-            path.strip_prefix(&format!("{root}/"))
-                .map_or(path.clone(), str::to_owned)
+            // Relative to the directory built: back into the repository, through the mirror
+            // or, where kustomize followed a link, the repository itself.
+            let path = if origin.starts_with('/') {
+                normalize(&origin)
+            } else {
+                normalize(&format!("{}/{origin}", built_dir.to_string_lossy()))
+            };
+            [&*temp_text, &*root_text]
+                .iter()
+                .find_map(|prefix| {
+                    path.strip_prefix(&format!("{}/", normalize(prefix)))
+                        .map(str::to_owned)
+                })
+                .unwrap_or(path)
         });
         build.objects.push(Object { object, file });
     }
-    if own && (overlay.name_prefix.is_some() || overlay.name_suffix.is_some()) {
-        build.problems.push(Problem {
-            level: 0,
-            code: "KustomizeApproximated",
-            object: dir.to_owned(),
-            file: None,
-            line: None,
-            message: "spec.namePrefix/nameSuffix were applied on top of the path's kustomization (kustomize-controller replaces its namePrefix/nameSuffix)".to_owned(),
-        });
-    }
     Ok(build)
+}
+
+/// Mirrors `root` in `into` for a build of `dir`: each entry a symbolic link to the original,
+/// except the directories on the way to `dir` (real, mirrored in turn) and `dir`'s `own`
+/// kustomization file (left for the edited one).
+fn mirror(root: &Path, dir: &str, into: &Path, own: &str) -> Result<()> {
+    let steps: Vec<&str> = dir.split('/').filter(|s| !s.is_empty()).collect();
+    let (mut from, mut to) = (root.to_path_buf(), into.to_path_buf());
+    for depth in 0..=steps.len() {
+        let next = steps.get(depth).copied();
+        let entries = std::fs::read_dir(&from).map_err(|e| Error::io(from.display(), e))?;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if Some(&*name) == next || (next.is_none() && name == own) {
+                continue;
+            }
+            std::os::unix::fs::symlink(entry.path(), to.join(&*name))
+                .map_err(|e| Error::io(to.join(&*name).display(), e))?;
+        }
+        let Some(next) = next else { break };
+        from = from.join(next);
+        to = to.join(next);
+        std::fs::create_dir_all(&to).map_err(|e| Error::io(to.display(), e))?;
+    }
+    Ok(())
 }
 
 /// Whether kustomize failed on a remote resource (a Git or HTTP fetch).

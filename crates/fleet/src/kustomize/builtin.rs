@@ -67,12 +67,6 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
     // Flux's own fields go into the same kustomization.
     if let Some(map) = kustomization.as_object_mut() {
         overlay.add_to(map);
-        if !overlay.components.is_empty() {
-            let components = map.entry("components").or_insert_with(|| json!([]));
-            if let Some(list) = components.as_array_mut() {
-                list.extend(overlay.components.iter().map(|c| json!(c)));
-            }
-        }
     }
     let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
     let mut items = Vec::new();

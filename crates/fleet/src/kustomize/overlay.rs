@@ -62,9 +62,10 @@ impl FluxOverlay {
             && self.images.is_empty()
     }
 
-    /// Sets the Flux Kustomization's `targetNamespace`, `namePrefix`, `nameSuffix`, `patches`
-    /// and `images` on a kustomization, as kustomize-controller does (components differ per
-    /// engine).
+    /// Edits the path's own kustomization as kustomize-controller's generator does
+    /// (fluxcd/pkg/kustomize): `targetNamespace`, `namePrefix` and `nameSuffix` replace the
+    /// kustomization's; `patches` and `components` are appended; each of `images` updates the
+    /// entry of the same name (`newName`; `newTag` and `digest` together) or is appended.
     pub(super) fn add_to(&self, kustomization: &mut Map<String, Value>) {
         let strings = [
             ("namespace", &self.namespace),
@@ -76,10 +77,58 @@ impl FluxOverlay {
                 kustomization.insert(key.into(), json!(value));
             }
         }
-        for (key, list) in [("patches", &self.patches), ("images", &self.images)] {
-            if !list.is_empty() {
-                kustomization.insert(key.into(), Value::Array(list.clone()));
+        let list = |kustomization: &mut Map<String, Value>, key: &str| {
+            let entry = kustomization.entry(key).or_insert_with(|| json!([]));
+            if !entry.is_array() {
+                *entry = json!([]);
             }
+            // Proven just above: the entry is an array.
+            entry.as_array_mut().map(std::mem::take).unwrap_or_default()
+        };
+        if !self.patches.is_empty() {
+            let mut patches = list(kustomization, "patches");
+            patches.extend(self.patches.iter().cloned());
+            kustomization.insert("patches".into(), Value::Array(patches));
+        }
+        if !self.components.is_empty() {
+            let mut components = list(kustomization, "components");
+            components.extend(self.components.iter().map(|c| json!(c)));
+            kustomization.insert("components".into(), Value::Array(components));
+        }
+        if !self.images.is_empty() {
+            let mut images = list(kustomization, "images");
+            for image in &self.images {
+                let field = |v: &Value, k: &str| {
+                    v.get(k)
+                        .and_then(Value::as_str)
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_owned)
+                };
+                let name = field(image, "name");
+                match images.iter_mut().find(|i| field(i, "name") == name) {
+                    Some(existing) => {
+                        if let (Some(new_name), Some(map)) =
+                            (field(image, "newName"), existing.as_object_mut())
+                        {
+                            map.insert("newName".into(), json!(new_name));
+                        }
+                        let (tag, digest) = (field(image, "newTag"), field(image, "digest"));
+                        if let (true, Some(map)) =
+                            (tag.is_some() || digest.is_some(), existing.as_object_mut())
+                        {
+                            // One version: setting one clears the other.
+                            for (key, value) in [("newTag", tag), ("digest", digest)] {
+                                match value {
+                                    Some(v) => map.insert(key.into(), json!(v)),
+                                    None => map.remove(key),
+                                };
+                            }
+                        }
+                    }
+                    None => images.push(image.clone()),
+                }
+            }
+            kustomization.insert("images".into(), Value::Array(images));
         }
     }
 
