@@ -26,7 +26,7 @@ use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::kustomize::{Engine, Object};
+use crate::kustomize::{Engine, Memo, Object};
 use crate::path::{join, normalize};
 
 // Defined with what builds and names objects; still reachable here, where `conflux plan` and
@@ -220,6 +220,17 @@ pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
 /// Kustomization built as kustomize-controller builds it. `external` are objects that exist in
 /// the cluster but not in the repository.
 pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Object]) -> Cluster {
+    plan_cluster_with(root, entry, engine, external, &Memo::default())
+}
+
+/// [`plan_cluster`], reusing the builds of `memo` (shared by the clusters of one plan).
+pub fn plan_cluster_with(
+    root: &Path,
+    entry: &Entry,
+    engine: &Engine,
+    external: &[Object],
+    memo: &Memo,
+) -> Cluster {
     let source = (
         text(&entry.kustomization, "/spec/sourceRef/name").to_owned(),
         match text(&entry.kustomization, "/metadata/namespace") {
@@ -243,7 +254,7 @@ pub fn plan_cluster(root: &Path, entry: &Entry, engine: &Engine, external: &[Obj
             .drain(..)
             .filter(|(ks, _)| seen.insert(object_name(ks)))
             .collect();
-        let builds = build_level(root, &entry.root, &level, engine);
+        let builds = build_level(root, &entry.root, &level, engine, memo);
         for ((ks, file), (built, problems)) in level.into_iter().zip(builds) {
             // A build that skipped a step kustomize applies, or that an approximate build
             // applied: what it applies is approximate too.
@@ -384,9 +395,11 @@ fn build_level(
     prefix: &str,
     level: &[(Value, Option<String>)],
     engine: &Engine,
-) -> Vec<(Option<Vec<Object>>, Vec<Problem>)> {
-    let build =
-        |(ks, file): &(Value, Option<String>)| build_one(root, prefix, ks, file.as_deref(), engine);
+    memo: &Memo,
+) -> Vec<Built> {
+    let build = |(ks, file): &(Value, Option<String>)| {
+        build_one(root, prefix, ks, file.as_deref(), engine, memo)
+    };
     let workers = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(level.len());
@@ -548,9 +561,16 @@ fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), Strin
 }
 
 /// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
-fn build_one(root: &Path, prefix: &str, ks: &Value, file: Option<&str>, engine: &Engine) -> Built {
+fn build_one(
+    root: &Path,
+    prefix: &str,
+    ks: &Value,
+    file: Option<&str>,
+    engine: &Engine,
+    memo: &Memo,
+) -> Built {
     let mut problems = Vec::new();
-    let built = build_into(root, prefix, ks, file, engine, &mut problems);
+    let built = build_into(root, prefix, ks, file, engine, memo, &mut problems);
     (built, problems)
 }
 
@@ -560,6 +580,7 @@ fn build_into(
     ks: &Value,
     file: Option<&str>,
     engine: &Engine,
+    memo: &Memo,
     problems: &mut Vec<Problem>,
 ) -> Option<Vec<Object>> {
     let name = object_name(ks);
@@ -596,7 +617,7 @@ fn build_into(
     }
     let overlay = FluxOverlay::of(ks);
     let fallback = file.map(str::to_owned);
-    match engine.build(root, &dir, &overlay) {
+    match memo.build(engine, root, &dir, &overlay) {
         Ok(build) => {
             for p in build.problems {
                 let file = p.file.map(|f| join(prefix, &f));

@@ -104,12 +104,15 @@ impl Request {
             if !entries.is_empty() {
                 let engine = Engine::pick(self.kustomize.as_deref());
                 // Clusters are independent: built in parallel.
+                let memo = crate::kustomize::Memo::default();
                 let built: Vec<fleet::Cluster> = std::thread::scope(|scope| {
                     let handles: Vec<_> = entries
                         .iter()
                         .map(|entry| {
-                            let (engine, external) = (&engine, &external);
-                            scope.spawn(move || fleet::plan_cluster(root, entry, engine, external))
+                            let (engine, external, memo) = (&engine, &external, &memo);
+                            scope.spawn(move || {
+                                fleet::plan_cluster_with(root, entry, engine, external, memo)
+                            })
                         })
                         .collect();
                     handles

@@ -35,7 +35,7 @@ pub use builtin::hash_suffix;
 pub use overlay::FluxOverlay;
 
 /// What a build gives: the objects and the problems worth a finding.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Build {
     /// The objects, in kustomize's output order.
     pub objects: Vec<Object>,
@@ -223,6 +223,43 @@ impl Engine {
             },
             Engine::BuiltIn => builtin::build(root, dir, overlay),
         }
+    }
+}
+
+/// Builds already made in one `conflux plan`, so that a path built with the same Flux fields
+/// for several Kustomizations or clusters (a shared `infrastructure/controllers`) is built once.
+/// Shared by the threads that build.
+#[derive(Debug, Default)]
+pub struct Memo {
+    builds: std::sync::Mutex<std::collections::HashMap<String, Build>>,
+}
+
+impl Memo {
+    /// [`Engine::build`], or the same build made before.
+    pub fn build(
+        &self,
+        engine: &Engine,
+        root: &Path,
+        dir: &str,
+        overlay: &FluxOverlay,
+    ) -> Result<Build> {
+        let key = format!("{}\0{dir}\0{overlay:?}", root.display());
+        let cached = self
+            .builds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(build) = cached {
+            return Ok(build);
+        }
+        // Failures are not kept: they are rare and cheap to meet again.
+        let build = engine.build(root, dir, overlay)?;
+        self.builds
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, build.clone());
+        Ok(build)
     }
 }
 
