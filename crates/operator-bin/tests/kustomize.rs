@@ -96,7 +96,9 @@ fn flux_generator_takes_sub_kustomizations_whole_and_only_manifests() {
 
 #[test]
 fn the_built_in_subset_equals_kustomize() {
-    for dir in ["overlay", "labels", "hashing", "base", "patched", "merged"] {
+    for dir in [
+        "overlay", "labels", "hashing", "base", "patched", "merged", "binary",
+    ] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,
             "{dir} builds nothing"

@@ -275,10 +275,11 @@ fn generators(
                     behavior.unwrap_or_default()
                 )));
             }
-            let mut data = BTreeMap::new();
+            // Bytes: a file need not be text (kustomize puts what is not UTF-8 in binaryData).
+            let mut data: BTreeMap<String, Vec<u8>> = BTreeMap::new();
             for literal in strings(generator.get("literals")) {
                 let (key, value) = literal.split_once('=').unwrap_or((&literal, ""));
-                data.insert(key.to_owned(), unquote(value).to_owned());
+                data.insert(key.to_owned(), unquote(value).as_bytes().to_vec());
             }
             for file in strings(generator.get("files")) {
                 let (key, path) = match file.split_once('=') {
@@ -299,9 +300,9 @@ fn generators(
                     continue;
                 }
                 let path = join(dir, &path);
-                let text = std::fs::read_to_string(root.join(&path))
+                let bytes = std::fs::read(root.join(&path))
                     .map_err(|e| Error::io(format!("{field} '{name}': {path}"), e))?;
-                data.insert(key, text);
+                data.insert(key, bytes);
             }
             let mut envs = strings(generator.get("envs"));
             envs.extend(
@@ -320,7 +321,7 @@ fn generators(
                         continue;
                     }
                     if let Some((key, value)) = line.split_once('=') {
-                        data.insert(key.to_owned(), value.to_owned());
+                        data.insert(key.to_owned(), value.as_bytes().to_vec());
                     }
                 }
             }
@@ -367,8 +368,25 @@ fn generators(
                     .and_then(Value::as_str)
                     .unwrap_or("Opaque");
                 object["type"] = json!(kind);
-            } else if !data.is_empty() {
-                object["data"] = json!(data);
+            } else {
+                let (mut text, mut binary) = (Map::new(), Map::new());
+                for (key, bytes) in data {
+                    match String::from_utf8(bytes) {
+                        Ok(value) => text.insert(key, Value::String(value)),
+                        Err(err) => binary.insert(
+                            key,
+                            Value::String(
+                                base64::engine::general_purpose::STANDARD.encode(err.into_bytes()),
+                            ),
+                        ),
+                    };
+                }
+                if !text.is_empty() {
+                    object["data"] = Value::Object(text);
+                }
+                if !binary.is_empty() {
+                    object["binaryData"] = Value::Object(binary);
+                }
             }
             if let Some(immutable) = options("immutable").and_then(Value::as_bool).filter(|i| *i) {
                 object["immutable"] = json!(immutable);
