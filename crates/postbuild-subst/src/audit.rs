@@ -811,6 +811,11 @@ mod tests {
             Severity::Info,
             "applied as written, never blanked: not an error"
         );
+        // `postBuild: {substitute: {}}` and no source (a Grafana dashboard's `${DS_PROMETHEUS}`).
+        let empty = ks(json!({"substitute": {}}));
+        let out = run(&[(&empty, None), (&cm, Some("apps/cm.yaml"))]);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].0, out[0].1), ("UndefinedVariable", Severity::Info));
 
         // A source whose keys are not known offline (an ExternalSecret's dataFrom) may define
         // it: an info naming the source, whether or not other variables make substitution run.
