@@ -565,8 +565,9 @@ fn patches(
             );
             continue;
         }
+        let selector = Target::of(&target)?;
         for item in items.iter_mut() {
-            if selects(&target, &item.object.object)? {
+            if selector.selects(&item.object.object) {
                 for operation in &operations {
                     apply_operation(&mut item.object.object, operation).map_err(|e| {
                         Error::Build(format!(
@@ -609,12 +610,14 @@ fn strategic_merge(
             && text(object, "/metadata/namespace") == namespace
             && merge::group_of(&text(object, "/apiVersion")) == merge::group_of(&api_version)
     };
+    let selector = (!target.is_null())
+        .then(|| Target::of(target))
+        .transpose()?;
     let mut selected = Vec::new();
     for (index, item) in items.iter().enumerate() {
-        let chosen = if target.is_null() {
-            named(&item.object.object)
-        } else {
-            selects(target, &item.object.object)?
+        let chosen = match &selector {
+            None => named(&item.object.object),
+            Some(selector) => selector.selects(&item.object.object),
         };
         if chosen {
             selected.push(index);
@@ -645,61 +648,80 @@ fn strategic_merge(
     Ok(())
 }
 
-/// Whether a patch `target` selects `object`: each field a regular expression matching all of
-/// the value, label and annotation selectors as Kubernetes parses them.
-fn selects(target: &Value, object: &Value) -> Result<bool> {
-    let text = |v: &Value, p: &str| {
-        v.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    let api_version = text(object, "/apiVersion");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
-    let fields = [
-        ("group", group.to_owned()),
-        ("version", version.to_owned()),
-        ("kind", text(object, "/kind")),
-        ("name", text(object, "/metadata/name")),
-        ("namespace", text(object, "/metadata/namespace")),
-    ];
-    for (field, value) in fields {
-        let Some(pattern) = target
-            .get(field)
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        else {
-            continue;
-        };
-        let regex = regex::Regex::new(&format!("^(?:{pattern})$"))
-            .map_err(|e| Error::Build(format!("patch target {field} '{pattern}': {e}")))?;
-        if !regex.is_match(&value) {
-            return Ok(false);
+/// A patch `target`, compiled once: each field a regular expression matching all of the value,
+/// label and annotation selectors as Kubernetes parses them.
+struct Target {
+    fields: Vec<(&'static str, regex::Regex)>,
+    selectors: Vec<(&'static str, watch_index::selector::Selector)>,
+}
+
+impl Target {
+    fn of(target: &Value) -> Result<Target> {
+        let mut fields = Vec::new();
+        for field in ["group", "version", "kind", "name", "namespace"] {
+            let Some(pattern) = target
+                .get(field)
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            let regex = regex::Regex::new(&format!("^(?:{pattern})$"))
+                .map_err(|e| Error::Build(format!("patch target {field} '{pattern}': {e}")))?;
+            fields.push((field, regex));
         }
-    }
-    for (field, metadata) in [
-        ("labelSelector", "labels"),
-        ("annotationSelector", "annotations"),
-    ] {
-        let Some(selector) = target.get(field).and_then(Value::as_str) else {
-            continue;
-        };
-        let selector = watch_index::selector::Selector::parse(selector)
-            .map_err(|e| Error::Build(format!("patch target {field} '{selector}': {e}")))?;
-        let map: BTreeMap<String, String> = object
-            .pointer(&format!("/metadata/{metadata}"))
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !selector.matches(&map) {
-            return Ok(false);
+        let mut selectors = Vec::new();
+        for (field, metadata) in [
+            ("labelSelector", "labels"),
+            ("annotationSelector", "annotations"),
+        ] {
+            let Some(selector) = target.get(field).and_then(Value::as_str) else {
+                continue;
+            };
+            let selector = watch_index::selector::Selector::parse(selector)
+                .map_err(|e| Error::Build(format!("patch target {field} '{selector}': {e}")))?;
+            selectors.push((metadata, selector));
         }
+        Ok(Target { fields, selectors })
     }
-    Ok(true)
+
+    /// Whether it selects `object`.
+    fn selects(&self, object: &Value) -> bool {
+        let text = |p: &str| {
+            object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let api_version = text("/apiVersion");
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let value = |field: &str| match field {
+            "group" => group,
+            "version" => version,
+            "kind" => text("/kind"),
+            "name" => text("/metadata/name"),
+            _ => text("/metadata/namespace"),
+        };
+        if !self
+            .fields
+            .iter()
+            .all(|(f, regex)| regex.is_match(value(f)))
+        {
+            return false;
+        }
+        self.selectors.iter().all(|(metadata, selector)| {
+            let map: BTreeMap<String, String> = object
+                .pointer(&format!("/metadata/{metadata}"))
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            selector.matches(&map)
+        })
+    }
 }
 
 /// One JSON 6902 `add`, `remove` or `replace` (RFC 6902, as evanphx/json-patch applies it).
