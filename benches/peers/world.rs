@@ -479,7 +479,8 @@ pub async fn rollouts(client: &Client, scenario: &str) -> u64 {
 /// Removes what contenders wrote on the Deployments of `scenario` (their metadata annotations,
 /// every pod template annotation), so the next contender starts from the same state; returns how
 /// many were changed. Removing a template annotation is one more rollout, made by the bench
-/// between contenders: rollouts are counted as differences within one contender's phase.
+/// between contenders: rollouts are counted as differences within one contender's phase. conflux's
+/// reload memory goes too: with it, the next conflux's start would be a restart.
 pub async fn reset_workloads(client: &Client, scenario: &str, _fresh: &[Value]) -> usize {
     let touched: Vec<(String, String, Value)> = workloads(client, scenario)
         .await
@@ -511,6 +512,17 @@ pub async fn reset_workloads(client: &Client, scenario: &str, _fresh: &[Value]) 
                 .await;
         })
         .await;
+    // What an earlier conflux remembered would make the next one's start a restart.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(client.clone());
+    let memory = kube::api::ListParams::default().labels("conflux.dev/memory=reload");
+    if let Ok(list) = secrets.list(&memory).await {
+        for secret in list.items {
+            let ns = secret.metadata.namespace.clone().unwrap_or_default();
+            let name = secret.metadata.name.clone().unwrap_or_default();
+            let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+            let _ = api.delete(&name, &Default::default()).await;
+        }
+    }
     n
 }
 

@@ -293,13 +293,23 @@ async fn helm_release_values_from_a_config_map_upgrades_the_release() {
         "flux-latency: HelmRelease valuesFrom change to upgraded release: {} ms",
         changed.elapsed().as_millis()
     );
-    let release = ready(&client, HELM, "HelmRelease", &ns, "greeter").await;
-    let versions: Vec<i64> = release["status"]["history"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|h| h["version"].as_i64())
-        .collect();
+    // helm-controller records the upgrade in its status after the release is written: wait for
+    // the history to show it (it stayed Ready all along, so Ready alone says nothing), then
+    // check it was one upgrade, not two.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let versions = loop {
+        let release = ready(&client, HELM, "HelmRelease", &ns, "greeter").await;
+        let versions: Vec<i64> = release["status"]["history"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| h["version"].as_i64())
+            .collect();
+        if versions.first().is_some_and(|v| *v >= 2) || Instant::now() >= deadline {
+            break versions;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(versions.first(), Some(&2), "release history: {versions:?}");
 }
 
