@@ -560,7 +560,8 @@ fn follows(ks: &Value, (name, namespace): &(String, String)) -> Result<(), Strin
     ))
 }
 
-/// The objects one Kustomization applies before postBuild; `None` when it cannot be built.
+/// The objects one Kustomization applies before postBuild (`None` when it cannot be built),
+/// and the problems found building it.
 fn build_one(
     root: &Path,
     prefix: &str,
@@ -570,7 +571,7 @@ fn build_one(
     memo: &Memo,
 ) -> Built {
     let mut problems = Vec::new();
-    let built = build_into(root, prefix, ks, file, engine, memo, &mut problems);
+    let built = build_into(root, prefix, ks, file, (engine, memo), &mut problems);
     (built, problems)
 }
 
@@ -579,8 +580,7 @@ fn build_into(
     prefix: &str,
     ks: &Value,
     file: Option<&str>,
-    engine: &Engine,
-    memo: &Memo,
+    (engine, memo): (&Engine, &Memo),
     problems: &mut Vec<Problem>,
 ) -> Option<Vec<Object>> {
     let name = object_name(ks);

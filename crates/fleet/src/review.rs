@@ -82,20 +82,18 @@ pub fn review(revision: &str, base: &[Plan], head: &[Plan]) -> Review {
     let (before, after) = (findings(base), findings(head));
     let keys = |list: &[Value]| list.iter().map(without_line).collect::<Vec<_>>();
     let (before_keys, after_keys) = (keys(&before), keys(&after));
+    // The findings of `list` (keyed by `keys`) whose key `other` lacks.
+    let only = |list: &[Value], keys: &[Value], other: &[Value]| -> Vec<Value> {
+        list.iter()
+            .zip(keys)
+            .filter(|(_, k)| !other.contains(k))
+            .map(|(f, _)| f.clone())
+            .collect()
+    };
     let mut review = Review {
         base: revision.to_owned(),
-        new: after
-            .iter()
-            .zip(&after_keys)
-            .filter(|(_, k)| !before_keys.contains(k))
-            .map(|(f, _)| f.clone())
-            .collect(),
-        resolved: before
-            .iter()
-            .zip(&before_keys)
-            .filter(|(_, k)| !after_keys.contains(k))
-            .map(|(f, _)| f.clone())
-            .collect(),
+        new: only(&after, &after_keys, &before_keys),
+        resolved: only(&before, &before_keys, &after_keys),
         ..Review::default()
     };
     for section in 0..3 {
