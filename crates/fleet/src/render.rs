@@ -157,6 +157,23 @@ fn summary_line(plan: &Plan) -> String {
     line
 }
 
+/// `value` with the plan's cluster (`cluster`), when it has one.
+pub(crate) fn tagged(plan: &Plan, mut value: Value) -> Value {
+    if let (Some(name), Some(map)) = (&plan.name, value.as_object_mut()) {
+        map.insert("cluster".into(), json!(name));
+    }
+    value
+}
+
+/// One finding of `plan` in the JSON document's shape (`findings`).
+pub(crate) fn finding(plan: &Plan, row: &Row) -> Value {
+    tagged(
+        plan,
+        json!({"severity": LEVELS[row.level.min(2)], "code": row.code, "domain": row.domain,
+               "object": row.object, "file": row.file, "line": row.line, "message": row.message}),
+    )
+}
+
 /// The plans as one JSON document (docs/plan-json.md): `fail_on` names the `--fail-on` severity
 /// and `failed` says whether a finding reached it.
 pub fn json(plans: &[Plan], fail_on: &str, failed: bool) -> Value {
@@ -166,27 +183,15 @@ pub fn json(plans: &[Plan], fail_on: &str, failed: bool) -> Value {
         "schemaVersion": 1,
         "inputs": {"documents": documents, "generated": generated},
     });
-    let tag = |plan: &Plan, mut value: Value| {
-        if let (Some(name), Some(map)) = (&plan.name, value.as_object_mut()) {
-            map.insert("cluster".into(), json!(name));
-        }
-        value
-    };
     for (i, key) in KEYS.iter().enumerate() {
         let edges = plans
             .iter()
-            .flat_map(|p| p.sections[i].iter().map(move |e| tag(p, e.json.clone())));
+            .flat_map(|p| p.sections[i].iter().map(move |e| tagged(p, e.json.clone())));
         document[*key] = edges.collect();
     }
-    let findings = plans.iter().flat_map(|p| {
-        p.rows.iter().map(move |r| {
-            tag(
-                p,
-                json!({"severity": LEVELS[r.level], "code": r.code, "domain": r.domain,
-                          "object": r.object, "file": r.file, "line": r.line, "message": r.message}),
-            )
-        })
-    });
+    let findings = plans
+        .iter()
+        .flat_map(|p| p.rows.iter().map(move |r| finding(p, r)));
     document["findings"] = findings.collect();
     let clusters = plans.iter().filter(|p| p.name.is_some()).map(|p| {
         let mut s = counts(p.rows.iter());

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 
 use crate::plan::{LEVELS, Plan};
-use crate::render::KEYS;
+use crate::render::{KEYS, finding, tagged};
 use crate::{Error, Result};
 
 /// What changed between the base's plans and the working tree's.
@@ -31,26 +31,10 @@ pub struct Review {
 /// Section titles, in [`KEYS`] order.
 const TITLES: [&str; 3] = ["Copies", "Watch edges", "Reload edges"];
 
-fn tagged(plan: &Plan, mut value: Value) -> Value {
-    if let (Some(name), Some(map)) = (&plan.name, value.as_object_mut()) {
-        map.insert("cluster".into(), json!(name));
-    }
-    value
-}
-
 fn findings(plans: &[Plan]) -> Vec<Value> {
     plans
         .iter()
-        .flat_map(|p| {
-            p.rows.iter().map(move |r| {
-                tagged(
-                    p,
-                    json!({"severity": LEVELS[r.level.min(2)], "code": r.code, "domain": r.domain,
-                           "object": r.object, "file": r.file, "line": r.line,
-                           "message": r.message}),
-                )
-            })
-        })
+        .flat_map(|p| p.rows.iter().map(move |r| finding(p, r)))
         .collect()
 }
 
