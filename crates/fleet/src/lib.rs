@@ -18,6 +18,7 @@ mod problem;
 pub mod render;
 pub mod request;
 pub mod review;
+mod scratch;
 pub mod substitute_from;
 
 pub use error::{Error, Result};

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::plan::{LEVELS, Plan};
 use crate::render::{KEYS, finding, tagged};
+use crate::scratch::TempDir;
 use crate::{Error, Result};
 
 /// What changed between the base's plans and the working tree's.
@@ -252,7 +253,7 @@ fn counts(findings: &[Value]) -> Value {
 /// them).
 #[derive(Debug)]
 pub struct BaseTree {
-    scratch: PathBuf,
+    scratch: TempDir,
     path: PathBuf,
 }
 
@@ -279,16 +280,9 @@ impl BaseTree {
         };
         let prefix = git(&["rev-parse", "--show-prefix"])?;
         git(&["rev-parse", "--verify", &format!("{revision}^{{commit}}")])?;
-        let scratch = std::env::temp_dir().join(format!(
-            "conflux-plan-base-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        std::fs::create_dir_all(&scratch).map_err(|e| Error::io(scratch.display(), e))?;
+        let scratch = TempDir::new()?;
         let tree = BaseTree {
-            path: scratch.join(&prefix),
+            path: scratch.path.join(&prefix),
             scratch,
         };
         let mut archive = Command::new("git")
@@ -305,7 +299,7 @@ impl BaseTree {
         let tar = Command::new("tar")
             .arg("-x")
             .arg("-C")
-            .arg(&tree.scratch)
+            .arg(&tree.scratch.path)
             .stdin(archive.stdout.take().map_or(Stdio::null(), Stdio::from))
             .status()
             .map_err(|source| Error::Run {
@@ -329,11 +323,5 @@ impl BaseTree {
     /// The directory given, as it is at the base revision.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-}
-
-impl Drop for BaseTree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }

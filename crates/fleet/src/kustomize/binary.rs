@@ -5,7 +5,7 @@
 //! on the way to the path), so relative references resolve as in the repository and the
 //! repository is never written. `buildMetadata: [originAnnotations]` gives each object its file.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::{Map, Value, json};
@@ -14,6 +14,7 @@ use super::{
     Build, FluxOverlay, KUSTOMIZATION_FILES, Object, generated_resources, join, kustomization_file,
     normalize, parse_documents, read_documents, tail,
 };
+use crate::scratch::TempDir;
 use crate::{Error, Result};
 
 /// Runs the real kustomize on the path's own kustomization, edited (see the module docs).
@@ -163,29 +164,4 @@ fn take_origin(object: &mut Value) -> Option<String> {
             .or_else(|| line.strip_prefix("configuredIn: "))
             .map(str::to_owned)
     })
-}
-
-/// A temporary directory, removed when dropped.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Result<Self> {
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("conflux-plan-{}-{n}", std::process::id()));
-        std::fs::create_dir_all(&path).map_err(|e| Error::io(path.display(), e))?;
-        let path = path
-            .canonicalize()
-            .map_err(|e| Error::io(path.display(), e))?;
-        Ok(TempDir { path })
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }
