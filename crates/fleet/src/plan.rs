@@ -38,7 +38,7 @@
 //! assert_eq!(plan.documents, 2);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use copy_core::audit::{AuditOptions, Verdict};
@@ -321,7 +321,7 @@ pub fn plan_flat(mut input: Input, extra: Vec<Row>, options: &Options) -> Plan {
         .map(|f| row!("substitution", f))
         .collect();
     rows.extend(extra);
-    audit(input, None, rows, &[], options)
+    audit(input, None, rows, Built::default(), options)
 }
 
 /// Audits one cluster of a fleet: the objects applied to it, and each Kustomization's postBuild
@@ -349,33 +349,29 @@ pub fn plan_cluster(cluster: fleet::Cluster, options: &Options) -> Plan {
             message: problem.message,
         });
     }
-    let applied = cluster.applied;
-    let mut plan = audit(input, Some(cluster.name), rows, &applied, options);
-    // Nothing judged on a build that skipped a step is an error: it may be the skipped step's.
-    let mut lowered = false;
-    for row in &mut plan.rows {
-        if row.level == 2 && cluster.approximate.contains(&row.object) {
-            row.level = 1;
-            row.message.push_str(
-                " (judged on an approximate build: a step kustomize applies was skipped there or in a parent, see KustomizeUnsupported)",
-            );
-            lowered = true;
-        }
-    }
-    if lowered {
-        plan.rows
-            .sort_by(|a, b| (b.level, &a.object, a.code).cmp(&(a.level, &b.object, b.code)));
-    }
-    plan
+    let built = Built {
+        applied: &cluster.applied,
+        approximate: Some(&cluster.approximate),
+    };
+    audit(input, Some(cluster.name), rows, built, options)
+}
+
+/// What building a cluster adds to its audit: what each Kustomization applies, and the objects
+/// judged on an approximate build ([`fleet::Cluster::approximate`]).
+#[derive(Clone, Copy, Default)]
+struct Built<'a> {
+    applied: &'a [fleet::Applied],
+    approximate: Option<&'a BTreeSet<String>>,
 }
 
 fn audit(
     input: Input,
     name: Option<String>,
     extra: Vec<Row>,
-    applied: &[fleet::Applied],
+    built: Built<'_>,
     args: &Options,
 ) -> Plan {
+    let applied = built.applied;
     let selector = &args.watch_selector;
     let trusted = args.sync_source_namespaces.iter().filter(|s| !s.is_empty());
     let sync_source_namespaces = trusted.cloned().collect();
@@ -488,6 +484,15 @@ fn audit(
         }
         r.message = crate::kustomize::shorten(&r.message, MAX_MESSAGE);
         r.object = crate::kustomize::shorten(&r.object, MAX_MESSAGE);
+    }
+    // Nothing judged on a build that skipped a step is an error: it may be the skipped step's.
+    for row in rows.iter_mut().filter(|r| r.level == 2) {
+        if built.approximate.is_some_and(|a| a.contains(&row.object)) {
+            row.level = 1;
+            row.message.push_str(
+                " (judged on an approximate build: a step kustomize applies was skipped there or in a parent, see KustomizeUnsupported)",
+            );
+        }
     }
     rows.sort_by(|a, b| (b.level, &a.object, a.code).cmp(&(a.level, &b.object, b.code)));
 
