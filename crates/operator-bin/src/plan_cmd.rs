@@ -188,11 +188,7 @@ fn review(
     };
     let before = Request {
         paths: vec![tree.path().to_path_buf()],
-        clusters: request.clusters.clone(),
-        kustomize: request.kustomize.clone(),
-        external: request.external.clone(),
-        substitute_from: request.substitute_from.clone(),
-        options: request.options.clone(),
+        ..request.clone()
     };
     let base_plans = match before.plans() {
         Ok(plans) => plans,
