@@ -8,11 +8,11 @@
 use std::path::Path;
 use std::process::Command;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::{
-    Build, FluxOverlay, KUSTOMIZATION_FILES, Object, generated_resources, join, kustomization_file,
-    normalize, parse_documents, read_documents, tail,
+    Build, FluxOverlay, KUSTOMIZATION_FILES, Object, flux_kustomization, normalize,
+    parse_documents, tail,
 };
 use crate::scratch::TempDir;
 use crate::{Error, Result};
@@ -23,38 +23,12 @@ pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay
         .canonicalize()
         .map_err(|e| Error::io(root.display(), e))?;
     let temp = TempDir::new()?;
-    let own = kustomization_file(&root.join(dir));
+    let (own, mut kustomization) = flux_kustomization(&root, dir, overlay)?;
     let file_name = own.as_ref().and_then(|f| f.file_name()).map_or_else(
         || KUSTOMIZATION_FILES[0].to_owned(),
         |n| n.to_string_lossy().into_owned(),
     );
     mirror(&root, dir, &temp.path, &file_name)?;
-    let mut kustomization = match &own {
-        Some(file) => match read_documents(file)
-            .map_err(|e| super::in_file(&join(dir, &file_name), e))?
-            .into_iter()
-            .next()
-        {
-            Some(Value::Object(map)) => map,
-            _ => Map::new(),
-        },
-        None => {
-            // Flux's generator: every manifest and sub-kustomization of the directory.
-            let resources: Vec<String> = generated_resources(&root, dir)
-                .iter()
-                .map(|r| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned())
-                .collect();
-            let mut map = Map::new();
-            map.insert(
-                "apiVersion".into(),
-                json!("kustomize.config.k8s.io/v1beta1"),
-            );
-            map.insert("kind".into(), json!("Kustomization"));
-            map.insert("resources".into(), json!(resources));
-            map
-        }
-    };
-    overlay.add_to(&mut kustomization);
     let metadata = kustomization
         .entry("buildMetadata")
         .or_insert_with(|| json!([]));

@@ -13,8 +13,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{
-    Build, FluxOverlay, Object, generated_resources, join, kustomization_file, merge,
-    read_documents,
+    Build, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge, read_documents,
 };
 use crate::path::relative;
 use crate::problem::Problem;
@@ -52,23 +51,9 @@ struct Item {
 
 pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
     let mut build = Build::default();
-    let own = kustomization_file(&root.join(dir)).is_some();
-    let mut kustomization = if own {
-        load_kustomization(root, dir)?.1
-    } else {
-        let resources = generated_resources(root, dir);
-        let base = |r: &String| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned();
-        let resources: Vec<String> = resources
-            .iter()
-            .map(|r| if dir.is_empty() { r.clone() } else { base(r) })
-            .collect();
-        json!({"resources": resources})
-    };
-    // Flux's own fields go into the same kustomization.
-    if let Some(map) = kustomization.as_object_mut() {
-        overlay.add_to(map);
-    }
-    let kfile = kustomization_file(&root.join(dir)).map(|f| relative(root, &f));
+    let (own, kustomization) = flux_kustomization(root, dir, overlay)?;
+    let kustomization = Value::Object(kustomization);
+    let kfile = own.map(|f| relative(root, &f));
     let mut items = Vec::new();
     let kfile = kfile.as_deref();
     let here = Here { root, dir, kfile };

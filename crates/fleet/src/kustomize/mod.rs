@@ -23,7 +23,7 @@ mod overlay;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
 use crate::path::relative;
 use crate::problem::Problem;
@@ -224,6 +224,44 @@ impl Engine {
             Engine::BuiltIn => builtin::build(root, dir, overlay),
         }
     }
+}
+
+/// The kustomization kustomize-controller builds `dir` (relative to `root`) with: the
+/// directory's own, with its file, or without one Flux's generator's (every manifest and
+/// sub-kustomization of the directory), edited in place with the Flux Kustomization's fields
+/// ([`FluxOverlay`]).
+pub(crate) fn flux_kustomization(
+    root: &Path,
+    dir: &str,
+    overlay: &FluxOverlay,
+) -> Result<(Option<PathBuf>, Map<String, Value>)> {
+    let own = kustomization_file(&root.join(dir));
+    let mut kustomization = match &own {
+        Some(file) => match read_documents(file)
+            .map_err(|e| in_file(&relative(root, file), e))?
+            .into_iter()
+            .next()
+        {
+            Some(Value::Object(map)) => map,
+            _ => Map::new(),
+        },
+        None => {
+            let resources: Vec<String> = generated_resources(root, dir)
+                .iter()
+                .map(|r| r.strip_prefix(&format!("{dir}/")).unwrap_or(r).to_owned())
+                .collect();
+            let mut map = Map::new();
+            map.insert(
+                "apiVersion".into(),
+                json!("kustomize.config.k8s.io/v1beta1"),
+            );
+            map.insert("kind".into(), json!("Kustomization"));
+            map.insert("resources".into(), json!(resources));
+            map
+        }
+    };
+    overlay.add_to(&mut kustomization);
+    Ok((own, kustomization))
 }
 
 /// Builds already made in one `conflux plan`, so that a path built with the same Flux fields
