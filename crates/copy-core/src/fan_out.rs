@@ -56,6 +56,15 @@ pub const KOPY_SYNC_ANNOTATION_LEGACY: &str = "flynshue.io/sync";
 pub const KOPY_ORIGIN_NAMESPACE_LABEL: &str = "kopy.kot-labs.com/origin.namespace";
 /// The older spelling of [`KOPY_ORIGIN_NAMESPACE_LABEL`].
 pub const KOPY_ORIGIN_NAMESPACE_LABEL_LEGACY: &str = "flynshue.io/origin.namespace";
+/// The labels Kyverno puts on what a `generate` rule made: who manages it, and (for `clone`) the
+/// source's kind, namespace and name.
+pub const KYVERNO_MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kyverno");
+/// Kyverno's label naming a clone's source kind.
+pub const KYVERNO_SOURCE_KIND_LABEL: &str = "generate.kyverno.io/source-kind";
+/// Kyverno's label naming a clone's source namespace.
+pub const KYVERNO_SOURCE_NAMESPACE_LABEL: &str = "generate.kyverno.io/source-namespace";
+/// Kyverno's label naming a clone's source name (absent on clones made by older Kyverno).
+pub const KYVERNO_SOURCE_NAME_LABEL: &str = "generate.kyverno.io/source-name";
 
 /// A tool whose fan-out copies conflux takes over from (adopts) when it fans the same source out:
 /// the copies it left behind are recognised by the marks it puts on them, so switching to conflux
@@ -71,6 +80,10 @@ pub enum Predecessor {
     /// replicator: a same-name object with `replicated-keys` (and no `replicate-from`) holding
     /// only keys replicator copied; replicator's copies do not name their source.
     Replicator,
+    /// Kyverno: a same-name clone made by a `generate` rule, labelled managed by `kyverno` with the
+    /// source's kind and namespace (and name, where Kyverno writes it). ConfigSyncs adopt them,
+    /// so a ClusterPolicy imported with `conflux import kyverno` takes over its clones in place.
+    Kyverno,
 }
 
 impl Predecessor {
@@ -91,6 +104,15 @@ impl Predecessor {
                 reflector::is_auto_mirror_of(meta.annotations.as_ref(), source)
             }
             Predecessor::Replicator => replicator::is_push_copy(observed),
+            Predecessor::Kyverno => meta.labels.as_ref().is_some_and(|labels| {
+                let is = |key: &str, value: &str| labels.get(key).is_some_and(|v| v == value);
+                is(KYVERNO_MANAGED_BY.0, KYVERNO_MANAGED_BY.1)
+                    && is(KYVERNO_SOURCE_KIND_LABEL, source.kind.as_str())
+                    && is(KYVERNO_SOURCE_NAMESPACE_LABEL, &source.namespace)
+                    && labels
+                        .get(KYVERNO_SOURCE_NAME_LABEL)
+                        .is_none_or(|name| *name == source.name)
+            }),
         }
     }
 }
@@ -157,7 +179,9 @@ impl FanOut {
             prune: spec.prune,
             conflict_policy: spec.conflict_policy,
             deletion_policy: spec.deletion_policy,
-            predecessors: Vec::new(),
+            // Only Kyverno's clones: the other tools' copies are marked by annotations on the
+            // source, which a ConfigSync does not use.
+            predecessors: vec![Predecessor::Kyverno],
             selection,
             exclude_namespaces: spec.target.exclude_namespaces.clone(),
         })
@@ -628,6 +652,53 @@ mod tests {
                 .contains("ConfigSync cs spec.target.namespaceSelector"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn config_syncs_adopt_the_clones_kyverno_made_of_their_source_only() {
+        let fan_out = FanOut::from_config_sync(
+            "cs",
+            &serde_json::from_value(serde_json::json!({
+                "source": {"kind": "Secret", "namespace": "platform", "name": "blogsecret"}
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let clone = |labels: serde_json::Value| -> ConfigObject {
+            ConfigObject::Secret(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "blogsecret", "namespace": "team-a", "labels": labels},
+                }))
+                .unwrap(),
+            )
+        };
+        let kyverno = serde_json::json!({
+            "app.kubernetes.io/managed-by": "kyverno",
+            "generate.kyverno.io/source-kind": "Secret",
+            "generate.kyverno.io/source-namespace": "platform",
+            "generate.kyverno.io/source-name": "blogsecret",
+        });
+        assert!(fan_out.inherits(&clone(kyverno.clone())));
+        let mut older = kyverno.clone();
+        older
+            .as_object_mut()
+            .unwrap()
+            .remove("generate.kyverno.io/source-name");
+        assert!(
+            fan_out.inherits(&clone(older)),
+            "older Kyverno writes no source name"
+        );
+        for (key, value) in [
+            ("app.kubernetes.io/managed-by", "helm"),
+            ("generate.kyverno.io/source-kind", "ConfigMap"),
+            ("generate.kyverno.io/source-namespace", "elsewhere"),
+            ("generate.kyverno.io/source-name", "other"),
+        ] {
+            let mut other = kyverno.clone();
+            other[key] = serde_json::json!(value);
+            assert!(!fan_out.inherits(&clone(other)), "{key}={value}");
+        }
+        assert!(!fan_out.inherits(&clone(serde_json::json!({}))));
     }
 
     #[test]
