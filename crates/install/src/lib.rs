@@ -15,6 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+pub mod kyverno;
+
 use copy_core::protect_policy;
 use copy_core::runtime::protect;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
@@ -160,6 +162,9 @@ pub enum Error {
     /// An object could not be rendered (never expected: the objects are built here).
     #[error("cannot render a manifest: {0}")]
     Render(String),
+    /// The input of `conflux import` is not YAML.
+    #[error("invalid YAML: {0}")]
+    Yaml(String),
 }
 
 impl Error {
@@ -171,6 +176,7 @@ impl Error {
             Error::EmptyImage => "EmptyImage",
             Error::ProtectModeInArgs { .. } => "ProtectModeInArgs",
             Error::Render(_) => "Render",
+            Error::Yaml(_) => "InvalidYaml",
         }
     }
 }

@@ -38,6 +38,9 @@ pub enum Command {
     /// Print every manifest conflux needs (Namespace, CRDs, least-privilege RBAC, Deployment)
     /// as YAML: `conflux install --export | kubectl apply -f -`.
     Install(crate::install_cmd::InstallArgs),
+    /// Convert other tools' policies into conflux objects: `conflux import kyverno FILE...|-`
+    /// prints YAML for `kubectl apply -f -`, and what it could not convert on stderr.
+    Import(crate::import_cmd::ImportArgs),
 }
 
 /// Runs the chosen subcommand and returns the process exit code.
@@ -49,6 +52,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => crate::plan_cmd::run(&args),
         Command::Crd => crate::crd_cmd::run(),
         Command::Install(args) => crate::install_cmd::run(&args),
+        Command::Import(args) => crate::import_cmd::run(&args),
     }
 }
 

@@ -5,6 +5,7 @@ mod build_cmd;
 mod cli;
 mod crd_cmd;
 mod envsubst_cmd;
+mod import_cmd;
 mod install_cmd;
 mod plan_cmd;
 

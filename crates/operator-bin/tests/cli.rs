@@ -213,3 +213,50 @@ fn build_with_several_kustomizations_needs_a_name() {
     assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
     assert_eq!(text(&out.stdout), input.replace("${A}", "two"));
 }
+
+/// `conflux import kyverno`: objects on stdout, one stable line per finding on stderr; stdin as
+/// `-`; `--fail-on-unconverted` exits 1 when something is not converted; bad YAML exits 1.
+#[test]
+fn import_kyverno_prints_objects_and_findings() {
+    let article = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/kyverno/article-policies.yaml"
+    );
+    let out = conflux(&["import", "kyverno", article], "", &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text(&out.stdout)).expect("YAML on stdout");
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    assert_eq!(kinds, ["ProtectPolicy", "ConfigSync", "ReloadPolicy"]);
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 3, "{stderr}");
+    assert!(lines[0].starts_with(
+        "unconverted ClusterPolicy/validate-secrets rule protect-blogsecret: ExcludeRoles: "
+    ));
+    assert!(lines[1].starts_with(
+        "differs ClusterPolicy/validate-secrets rule protect-blogsecret: MetadataUpdates: "
+    ));
+
+    let policy = std::fs::read_to_string(article).unwrap();
+    let strict = conflux(
+        &["import", "kyverno", "--fail-on-unconverted", "-"],
+        &policy,
+        &[],
+    );
+    assert_eq!(strict.status.code(), Some(1));
+    assert_eq!(
+        strict.stdout, out.stdout,
+        "the objects are printed all the same"
+    );
+
+    let bad = conflux(&["import", "kyverno", "-"], "rules: [", &[]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad.stderr).contains("invalid YAML"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let usage = conflux(&["import", "kyverno"], "", &[]);
+    assert_eq!(usage.status.code(), Some(2));
+}
