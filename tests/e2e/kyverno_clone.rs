@@ -105,6 +105,10 @@ const PORTED: &[(&str, &[&str])] = &[
         &[CPOL_CLONE_DELETE_OWNERREFERENCES_ACROSS_NAMESPACES_SYNC],
     ),
     (
+        CPOL_CLONE_SYNC_REINSTALL_POLICY,
+        &[CPOL_CLONE_SYNC_REINSTALL_POLICY_SYNC],
+    ),
+    (
         CPOL_CLONE_SYNC_EXISTING_DOWNSTREAM,
         &[CPOL_CLONE_SYNC_EXISTING_DOWNSTREAM_SYNC],
     ),
@@ -1716,6 +1720,110 @@ async fn cpol_clone_delete_ownerreferences_across_namespaces() {
             .is_some_and(|s| s.metadata.owner_references.is_some()),
         "the source keeps its owner"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// clusterpolicy/cornercases/cpol-clone-sync-reinstall-policy
+
+/// `clusterpolicy/cornercases/cpol-clone-sync-reinstall-policy` (the re-installed policy there adds
+/// `generateExisting: true`, which the converter drops: conflux always fills existing
+/// namespaces), with a namespace selector.
+const CPOL_CLONE_SYNC_REINSTALL_POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: cpol-clone-sync-reinstall-policy
+spec:
+  rules:
+  - name: sync-image-pull-secret
+    match:
+      any:
+      - resources:
+          kinds:
+          - Namespace
+          selector:
+            matchLabels:
+              kyverno-clone.conflux.dev/scenario: cpol-clone-sync-reinstall-policy
+    generate:
+      apiVersion: v1
+      kind: Secret
+      name: regcred
+      namespace: '{{request.object.metadata.name}}'
+      synchronize: true
+      clone:
+        name: regcred
+        namespace: cpol-clone-sync-reinstall-policy-ns
+"#;
+
+const CPOL_CLONE_SYNC_REINSTALL_POLICY_SYNC: &str = r#"
+apiVersion: conflux.dev/v1alpha1
+kind: ConfigSync
+metadata:
+  name: cpol-clone-sync-reinstall-policy-sync-image-pull-secret
+  annotations:
+    import.conflux.dev/source: "kyverno.io/v1 ClusterPolicy cpol-clone-sync-reinstall-policy, rule sync-image-pull-secret"
+spec:
+  source: {kind: Secret, namespace: cpol-clone-sync-reinstall-policy-ns, name: regcred}
+  target:
+    namespaceSelector:
+      matchLabels:
+        kyverno-clone.conflux.dev/scenario: cpol-clone-sync-reinstall-policy
+    excludeNamespaces: [kyverno]
+  prune: true
+  deletionPolicy: Orphan
+  conflictPolicy: Adopt
+"#;
+
+/// Mirrors `clusterpolicy/cornercases/cpol-clone-sync-reinstall-policy` (and its `-deprecated`
+/// twin): clones in two Namespaces; the policy is deleted (the clones stay, released), the source
+/// changed meanwhile, and the policy installed again: the clones it left behind are taken over
+/// again (`conflictPolicy: Adopt`) and get the change; a later change of the source reaches them
+/// too.
+#[tokio::test]
+async fn cpol_clone_sync_reinstall_policy() {
+    let (client, shard) = setup("cpol-clone-sync-reinstall-policy").await;
+    let c = cluster();
+    let src = named_namespace(&client, "cpol-clone-sync-reinstall-policy-ns", &[]).await;
+    apply(&client, &src, opaque("regcred", &[("foo", "foo")])).await;
+    let _operator = Operator::start(c, &shard, &[], 4).await;
+    let sync = create_sync(&client, &shard, CPOL_CLONE_SYNC_REINSTALL_POLICY_SYNC).await;
+    let mut targets = Vec::new();
+    for i in 1..=2 {
+        targets.push(
+            scenario_namespace(
+                &client,
+                &format!("cpol-clone-sync-reinstall-policy-trigger-ns-{i}"),
+                "cpol-clone-sync-reinstall-policy",
+            )
+            .await,
+        );
+    }
+    for ns in &targets {
+        wait_secret_holding(&client, ns, "regcred", &[("foo", "foo")]).await;
+    }
+
+    delete_sync(&client, &sync).await;
+    apply(
+        &client,
+        &src,
+        opaque("regcred", &[("foo", "hereischangeddata")]),
+    )
+    .await;
+    create_sync(&client, &shard, CPOL_CLONE_SYNC_REINSTALL_POLICY_SYNC).await;
+    for ns in &targets {
+        let clone =
+            wait_secret_holding(&client, ns, "regcred", &[("foo", "hereischangeddata")]).await;
+        assert_eq!(
+            label(&clone.metadata, OWNER),
+            Some(sync.as_str()),
+            "ours again"
+        );
+    }
+
+    apply(&client, &src, opaque("regcred", &[("foo", "bar")])).await;
+    for ns in &targets {
+        wait_secret_holding(&client, ns, "regcred", &[("foo", "bar")]).await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
