@@ -1024,9 +1024,8 @@ spec:
 /// `policy/standard/clone/sync/pol-clone-sync-delete-source`), where conflux differs on purpose:
 /// Kyverno deletes the clones when the source of a synchronized clone is deleted; conflux keeps
 /// them with their data, marked `copy.conflux.dev/orphaned`, and reports `SourceNotFound`
-/// (docs/design.md 4.2: the apps reading them keep running; a deleted source is more often a
-/// mistake or a re-creation than a wish to break every namespace). The source coming back
-/// heals the clones.
+/// (docs/design.md 4.2: the apps reading them keep running). The source coming back heals the
+/// clones.
 #[tokio::test]
 async fn cpol_clone_sync_delete_source() {
     let (client, shard) = setup("cpol-clone-sync-delete-source").await;
