@@ -219,6 +219,18 @@ async fn settle() {
 // ---------------------------------------------------------------------------------------------
 // The manifests are pure data: they parse, and each ConfigSync names the rule it came from.
 
+/// `conflux import kyverno` writes exactly the ConfigSyncs these tests apply (without the tests'
+/// shard label), one per rule, from every ported policy.
+#[test]
+fn the_importer_writes_the_ported_manifests() {
+    for (policy, syncs) in PORTED {
+        let import = conflux_install::kyverno::import_text(policy).expect("the policy imports");
+        let wanted: Vec<Value> = syncs.iter().map(|s| yaml(s)).collect();
+        assert_eq!(import.objects, wanted, "{}", import.findings.len());
+        assert_eq!(import.unconverted(), 0, "{:?}", import.findings);
+    }
+}
+
 /// Every ported policy parses, and each of its ConfigSyncs parses as a ConfigSync named
 /// `<policy>-<rule>` with the converter's `import.conflux.dev/source` annotation, one per rule.
 #[test]

@@ -60,6 +60,8 @@ pub const SOURCE_ANNOTATION: &str = "import.conflux.dev/source";
 pub const KYVERNO_NAMESPACE: &str = "kyverno";
 
 const CONFLUX_API_VERSION: &str = "conflux.dev/v1alpha1";
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
 /// Namespaces conflux never copies into, protects or reloads in unless named (as Kyverno's
 /// default `resourceFilters` skip them).
 const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
@@ -460,7 +462,11 @@ impl<'a> Rule<'a> {
                 "conflux copies into every selected namespace, whoever created it",
             ));
         }
-        if g["synchronize"].as_bool() != Some(true) {
+        let synchronize = g["synchronize"].as_bool() == Some(true);
+        if g["orphanDownstreamOnPolicyDelete"].as_bool() == Some(false) && synchronize {
+            findings.push(self.finding(Outcome::Differs, "OrphanOnDelete", "Kyverno deletes the clones with the policy; the ConfigSync keeps them when it is deleted (set `deletionPolicy: Delete` to delete them)"));
+        }
+        if !synchronize {
             findings.push(self.finding(Outcome::Differs, "SynchronizeOff", "Kyverno copies once and then leaves the copy alone (`synchronize` is off); conflux keeps every copy equal to the source"));
         }
         let spec = &self.policy.document["spec"];
@@ -475,9 +481,10 @@ impl<'a> Rule<'a> {
             json!({
                 "source": {"kind": kind, "namespace": source_ns, "name": source_name},
                 "target": target_spec,
-                "prune": true,
+                // Without synchronize, Kyverno keeps a clone whose namespace stops matching.
+                "prune": synchronize,
                 "deletionPolicy": "Orphan",
-                "conflictPolicy": "Skip",
+                "conflictPolicy": "Adopt",
             }),
         ));
         import.findings.extend(findings);
@@ -1302,7 +1309,7 @@ fn generating_policy(
                 "target": target,
                 "prune": true,
                 "deletionPolicy": "Orphan",
-                "conflictPolicy": "Skip",
+                "conflictPolicy": "Adopt",
             }),
         ));
     }
@@ -1457,13 +1464,13 @@ fn name_uniquely(objects: &mut [Value], taken: &mut BTreeSet<(String, String)>) 
         while !taken.insert((kind.clone(), name.clone())) {
             n += 1;
             let suffix = format!("-{n}");
-            name = format!("{}{suffix}", truncate(&base, 63 - suffix.len()));
+            name = format!("{}{suffix}", truncate(&base, MAX_NAME - suffix.len()));
         }
         object["metadata"]["name"] = json!(name);
     }
 }
 
-/// A DNS label (at most 63 characters, so it also fits the label values copies carry) from a
+/// A DNS subdomain name (lowercase alphanumerics and `-`, at most 253 characters) from a
 /// policy's and a rule's names.
 fn dns_name(raw: &str) -> String {
     let mut out = String::new();
@@ -1474,7 +1481,7 @@ fn dns_name(raw: &str) -> String {
             out.push('-');
         }
     }
-    let out = truncate(out.trim_matches('-'), 63)
+    let out = truncate(out.trim_matches('-'), MAX_NAME)
         .trim_end_matches('-')
         .to_owned();
     if out.is_empty() {

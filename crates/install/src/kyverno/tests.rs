@@ -55,7 +55,7 @@ fn the_article_becomes_a_protect_policy_a_config_sync_and_a_reload_policy() {
             "target": {"excludeNamespaces": ["kyverno"]},
             "prune": true,
             "deletionPolicy": "Orphan",
-            "conflictPolicy": "Skip",
+            "conflictPolicy": "Adopt",
         })
     );
 
@@ -299,7 +299,7 @@ fn names_are_dns_labels_and_unique() {
         super::dns_name("Sync_Secrets..Rule 1"),
         "sync-secrets-rule-1"
     );
-    assert_eq!(super::dns_name(&"x".repeat(80)).len(), 63);
+    assert_eq!(super::dns_name(&"x".repeat(300)).len(), 253);
     assert_eq!(super::dns_name("--"), "imported");
     let doc = |name: &str| {
         json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name},
