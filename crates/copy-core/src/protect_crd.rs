@@ -289,6 +289,55 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
     })
 }
 
+/// `Ready=True` reason of a valid ProtectPolicy.
+pub const REASON_APPLIED: &str = "Applied";
+
+/// The status for a ProtectPolicy of `generation` whose validation gave `result`: `Ready=True`
+/// (reason `Applied`) or `Ready=False` with the error's stable reason; `lastTransitionTime` kept
+/// from `previous` while the status stays the same.
+pub fn status(
+    result: Result<(), &Error>,
+    generation: Option<i64>,
+    now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    previous: Option<&ProtectPolicyStatus>,
+) -> ProtectPolicyStatus {
+    let (state, reason, message) = match result {
+        Ok(()) => (
+            "True",
+            REASON_APPLIED,
+            "the selected ConfigMaps and Secrets are protected".to_owned(),
+        ),
+        Err(err) => ("False", err.reason(), err.to_string()),
+    };
+    let previous = previous
+        .map(|p| p.conditions.as_slice())
+        .unwrap_or_default();
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == crate::status::READY && c.status == state)
+        .map_or(now, |c| c.last_transition_time.clone());
+    let mut conditions: Vec<Condition> = previous
+        .iter()
+        .filter(|c| c.type_ != crate::status::READY)
+        .cloned()
+        .collect();
+    conditions.insert(
+        0,
+        Condition {
+            type_: crate::status::READY.to_owned(),
+            status: state.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            observed_generation: generation,
+            last_transition_time,
+        },
+    );
+    ProtectPolicyStatus {
+        observed_generation: generation,
+        conditions,
+    }
+}
+
 /// At most 64 characters of `text`, for messages.
 fn cut(text: &str) -> String {
     text.chars().take(64).collect()

@@ -117,6 +117,13 @@ pub struct WebhookLabels {
     pub verdict: String,
 }
 
+/// Labels of `protect_crd_missing`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `ConfigSync` or `ProtectPolicy`.
+    pub kind: String,
+}
+
 /// Metrics of the protect controller.
 #[derive(Debug)]
 pub struct ProtectMetrics {
@@ -126,6 +133,9 @@ pub struct ProtectMetrics {
     pub duration: Histogram,
     /// `protect_protected_objects`: sources labelled by the labeller.
     pub protected: Gauge,
+    /// `protect_crd_missing`: 1 while the CRD of a kind protection reads (ConfigSync,
+    /// ProtectPolicy) is not installed.
+    pub crd_missing: Family<KindLabels, Gauge>,
 }
 
 impl Default for ProtectMetrics {
@@ -136,6 +146,7 @@ impl Default for ProtectMetrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
             ]),
             protected: Gauge::default(),
+            crd_missing: Family::default(),
         }
     }
 }
@@ -157,6 +168,11 @@ impl ProtectMetrics {
             "protect_protected_objects",
             "ConfigMaps and Secrets labelled protected by conflux",
             self.protected.clone(),
+        );
+        registry.register(
+            "protect_crd_missing",
+            "1 while the CRD of a kind protection reads (ConfigSync, ProtectPolicy) is not installed",
+            self.crd_missing.clone(),
         );
     }
 }
