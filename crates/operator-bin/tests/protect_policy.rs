@@ -26,6 +26,10 @@ const MANAGER: &str = "conflux-protect-policy-test";
 const PROTECTED: &str = "protect.conflux.dev/protected";
 const ENABLED: &str = "protect.conflux.dev/enabled";
 const DEPENDENTS: &str = "protect.conflux.dev/dependents";
+const WHILE_COPIED: &str = "protect.conflux.dev/while-copied";
+const RULES: &str = "protect.conflux.dev/rules";
+const EXEMPT_USERS: &str = "protect.conflux.dev/exempt-users";
+const EXEMPT_GROUPS: &str = "protect.conflux.dev/exempt-groups";
 /// The identities the tests allow with --protect-allow-users / --protect-allow-groups.
 const ALLOWED_USER: &str = "carol";
 const ALLOWED_GROUP: &str = "platform-admins";
@@ -303,7 +307,8 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         &admin,
         secret(
             "pulled",
-            json!({"copy.conflux.dev/allowed-namespaces": dst}),
+            // Consent, and (the owner's choice) protection while copied.
+            json!({"copy.conflux.dev/allowed-namespaces": dst, WHILE_COPIED: "true"}),
             json!({}),
         ),
     )
@@ -314,6 +319,27 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
     )
     .await;
     apply(&admin, secret("free", json!({}), json!({}))).await;
+    // The owner's protection with an exempt identity (alice): locked for everyone else.
+    apply(
+        &admin,
+        secret(
+            "owned",
+            json!({EXEMPT_USERS: "alice"}),
+            json!({ENABLED: "true"}),
+        ),
+    )
+    .await;
+    // A ProtectPolicy's rule as the labeller writes it (by hand here, without the dependents
+    // annotation, so the labeller leaves it): DELETE only, alice exempt, a message first.
+    apply(
+        &admin,
+        secret(
+            "ruled",
+            json!({RULES: "policy;ProtectPolicy/hand;DELETE;alice;;Hands off; really."}),
+            json!({PROTECTED: "true"}),
+        ),
+    )
+    .await;
     let sync_name = format!("{src}-fan");
     apply(
         &admin,
@@ -490,9 +516,48 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
             Some(json!({"data": {"leak-raw": base64(b"x")},
                         "metadata": {"labels": {ENABLED: "true"}}})),
         ),
+        // Exemptions: the owner's, and a ProtectPolicy's rule.
+        ("delete an owned object", "owned", None),
+        (
+            "change an owned object's data",
+            "owned",
+            Some(json!({"data": {"leak-raw": base64(b"x")}})),
+        ),
+        (
+            "withdraw the owner's label of a locked object",
+            "owned",
+            Some(json!({"metadata": {"labels": {ENABLED: null}}})),
+        ),
+        (
+            "widen the owner's exemptions",
+            "owned",
+            Some(json!({"metadata": {"annotations": {EXEMPT_GROUPS: "tenants"}}})),
+        ),
+        ("delete under a policy rule", "ruled", None),
+        (
+            "change data under a DELETE-only rule",
+            "ruled",
+            Some(json!({"data": {"leak-raw": base64(b"x")}})),
+        ),
+        (
+            "strip a policy rule's label",
+            "ruled",
+            Some(json!({"metadata": {"labels": {PROTECTED: null}}})),
+        ),
+        (
+            "forge a rule",
+            "ruled",
+            Some(json!({"metadata": {"annotations": {RULES: "policy;x;;frank;;"}}})),
+        ),
+        (
+            "ask for protection while copied",
+            "free",
+            Some(json!({"metadata": {"annotations": {WHILE_COPIED: "true"}}})),
+        ),
     ];
-    let identities: [(&str, &[&str]); 4] = [
+    let identities: [(&str, &[&str]); 5] = [
         ("alice", &["tenants"]),
+        ("frank", &["tenants"]),
         (ALLOWED_USER, &["tenants"]),
         ("dave", &["tenants", ALLOWED_GROUP]),
         ("erin", &["system:masters"]),
