@@ -35,6 +35,7 @@ pub fn plural(kind: &str) -> &'static str {
         "Receiver" => "receivers",
         "ResourceSet" => "resourcesets",
         "ConfigSync" => "configsyncs",
+        "ProtectPolicy" => "protectpolicies",
         "Sample" => "samples",
         other => panic!("no plural for {other}"),
     }

@@ -88,8 +88,29 @@ async fn start(mode: Mode, name: &str, controllers: &str) -> Conflux {
         args.push(format!("--webhook-url=https://127.0.0.1:{port}/validate"));
         env.push(("RUNTIME_NAMESPACE", system.as_str()));
     }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut conflux = Conflux::start_with(cluster.kubeconfig(), name, &args, &env);
+    // Started here rather than by `Conflux::start_with`, whose default controllers include
+    // sync: exactly `controllers` run, so nothing else waits for the ConfigSync CRD.
+    let (metrics_port, health_port) = (free_port(), free_port());
+    let dir = conflux_tests::repo_root().join("target/fault-logs");
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let log = dir.join(format!("{name}-{}.log", std::process::id()));
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_conflux"))
+        .args([
+            "run",
+            "--log-encoding=console",
+            "--log-level=debug",
+            &format!("--metrics-addr=127.0.0.1:{metrics_port}"),
+            &format!("--health-addr=127.0.0.1:{health_port}"),
+        ])
+        .args(&args)
+        .env("RUNTIME_NAMESPACE", fault_support::runtime_namespace())
+        .envs(env.iter().copied())
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log file"))
+        .spawn()
+        .expect("start conflux");
+    let mut conflux = Conflux::adopt(child, metrics_port, health_port, log);
     conflux.wait_ready().await;
     conflux
 }
