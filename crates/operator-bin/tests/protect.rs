@@ -213,7 +213,7 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
     let strip = json!({"metadata": {"labels": {PROTECTED: null}}});
     assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
     let strip = json!({"metadata": {"annotations": {DEPENDENTS: null}}});
-    assert!(!refusal(secrets.patch("pulled", &pp, &Patch::Merge(&strip)).await).is_empty());
+    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
     // The owner's own label (no exemptions named): whoever may edit the object may remove it,
     // after which its content may change.
     let strip = json!({"metadata": {"labels": {ENABLED: null}}});
