@@ -150,10 +150,10 @@ pub struct ProtectPolicyStatus {
 enum SpecProblem {
     /// An operation other than `UPDATE` or `DELETE`.
     #[error("operations: '{0}' is not UPDATE or DELETE")]
-    InvalidOperation(String),
+    Operation(String),
     /// A label selector that does not parse.
     #[error("{field}: {message}")]
-    InvalidSelector {
+    Selector {
         /// `configs.selector` or `configs.namespaceSelector`.
         field: &'static str,
         /// The parser's message.
@@ -162,7 +162,7 @@ enum SpecProblem {
     /// An exempt identity that is empty or holds `,`, `;` or a line break (the separators of the
     /// rules annotation).
     #[error("exclude.{field}: '{value}' is empty or holds ',', ';' or a line break")]
-    InvalidSubject {
+    Subject {
         /// `users`, `groups` or `serviceAccounts`.
         field: &'static str,
         /// The value (at most 64 characters).
@@ -173,9 +173,9 @@ enum SpecProblem {
 impl SpecProblem {
     fn reason(&self) -> &'static str {
         match self {
-            SpecProblem::InvalidOperation(_) => "InvalidOperation",
-            SpecProblem::InvalidSelector { .. } => "InvalidSelector",
-            SpecProblem::InvalidSubject { .. } => "InvalidSubject",
+            SpecProblem::Operation(_) => "InvalidOperation",
+            SpecProblem::Selector { .. } => "InvalidSelector",
+            SpecProblem::Subject { .. } => "InvalidSubject",
         }
     }
 }
@@ -211,13 +211,13 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
                     operations.push(op.as_str());
                 }
             }
-            other => return Err(SpecProblem::InvalidOperation(cut(other))),
+            other => return Err(SpecProblem::Operation(cut(other))),
         }
     }
     let selector = |field: &'static str, s: &Option<LabelSelector>| {
         s.as_ref()
             .map(|s| {
-                Selector::from_label_selector(s).map_err(|e| SpecProblem::InvalidSelector {
+                Selector::from_label_selector(s).map_err(|e| SpecProblem::Selector {
                     field,
                     message: e.to_string(),
                 })
@@ -226,7 +226,7 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
     };
     let subject = |field: &'static str, value: &str| {
         if value.trim().is_empty() || value.contains([',', ';', '\n', '\r']) {
-            Err(SpecProblem::InvalidSubject {
+            Err(SpecProblem::Subject {
                 field,
                 value: cut(value),
             })
@@ -241,7 +241,7 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
     for sa in &spec.exclude.service_accounts {
         let value = format!("{}/{}", sa.namespace, sa.name);
         if sa.namespace.trim().is_empty() || sa.name.trim().is_empty() || value.contains(':') {
-            return Err(SpecProblem::InvalidSubject {
+            return Err(SpecProblem::Subject {
                 field: "serviceAccounts",
                 value: cut(&value),
             });
