@@ -1,16 +1,26 @@
-//! Protecting the sources conflux copies from: the decisions of the `protect` validating admission
-//! webhook, like a Kyverno policy but built in.
+//! Protecting ConfigMaps and Secrets: the decisions of the `protect` admission webhook (and, in
+//! CEL, of the admission policy of [`crate::protect_policy`]), like a Kyverno policy but built in.
 //!
-//! A ConfigMap or Secret is protected when its **old** object (the one being updated or deleted)
-//! carries [`PROTECTED_LABEL`]` = "true"` (set by conflux on the sources of ConfigSyncs and of
-//! `copyFrom` copies, with [`DEPENDENTS_ANNOTATION`] naming them) or [`ENABLED_LABEL`]` = "true"`
-//! (set by users to opt an object in). A protected object cannot be deleted, its content (`data`,
-//! `binaryData`, `type`, `immutable`, `stringData`) cannot change and its protection cannot be
-//! removed, except by `system:masters` and the identities of [`Policy`]. Every other edit (labels,
-//! annotations, finalizers, ...) is allowed, so GitOps tools can keep managing the object's metadata.
+//! Only the object's owner or the platform decides that it is protected; a consumer in another
+//! namespace never does. Everything is read from the **old** object (the one being updated or
+//! deleted):
+//! - [`PROTECTED_LABEL`]` = "true"`, set by conflux's labeller with [`DEPENDENTS_ANNOTATION`]
+//!   (who, for people) and [`RULES_ANNOTATION`] (the rules, [`RuleLine`]): a ConfigSync copies
+//!   the object (`sync`), a ProtectPolicy selects it (`policy`, with its operations, exempt users
+//!   and groups, and message), or consenting `copyFrom` copies exist (`copy`, binding only while
+//!   the owner's [`WHILE_COPIED_ANNOTATION`] is on the object);
+//! - [`ENABLED_LABEL`]` = "true"`, set by the owner.
+//!
+//! The owner's protection (the label, while-copied) exempts the owner's identities
+//! ([`EXEMPT_USERS_ANNOTATION`], [`EXEMPT_GROUPS_ANNOTATION`],
+//! [`EXEMPT_SERVICE_ACCOUNTS_ANNOTATION`]); when there are none, whoever may edit the object may
+//! withdraw it. A protected object cannot be deleted and its content (`data`, `binaryData`,
+//! `type`, `immutable`, `stringData`) cannot change, by whom a rule binds; `system:masters` and
+//! the identities of [`Policy`] may do anything. Every other edit (labels, annotations,
+//! finalizers, ...) is allowed, so GitOps tools can keep managing the object's metadata.
 //!
 //! [`decide`] reads only the request: no I/O, no client, no clock. Deny messages name the object,
-//! who depends on it and how to unprotect it, never a data value.
+//! why it is protected and every way out, never a data value.
 //!
 //! ```
 //! use copy_core::protect::{decide, Operation, Policy, Request, Verdict, PROTECTED_LABEL};

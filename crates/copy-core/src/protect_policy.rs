@@ -17,12 +17,16 @@
 //! - `matchConditions`: the request is by neither `system:masters` nor
 //!   [`Policy::allow_users`] / [`Policy::allow_groups`] (the lists are literals in the policy,
 //!   which is applied again whenever they change), and the old object is protected.
-//! - One validation, `size(variables.refused) == 0`: DELETE is refused, an UPDATE is refused when
-//!   it changes `data`, `binaryData`, `type` (a Secret's empty type read as `Opaque`) or
-//!   `immutable` (absent read as `false`), sets `stringData`, or removes or changes
-//!   [`PROTECTED_LABEL`], [`ENABLED_LABEL`] or [`DEPENDENTS_ANNOTATION`]. Its `messageExpression`
-//!   builds the decision's message from the same parts: the object, who depends on it (read from
-//!   [`DEPENDENTS_ANNOTATION`]), what was refused and how to unprotect it. The differences, in
+//! - Variables read the rules as [`decide`](crate::protect::decide) does: the lines of
+//!   [`RULES_ANNOTATION`] split on `;` into six fields (padded), the owner's exemption
+//!   annotations split on `,` and trimmed, each rule's operations and exempt users and groups.
+//! - One validation, `size(variables.refused) == 0`: by a rule the requester is not exempt from,
+//!   DELETE is refused, and an UPDATE that changes `data`, `binaryData`, `type` (a Secret's empty
+//!   type read as `Opaque`) or `immutable` (absent read as `false`) or sets `stringData` (when
+//!   the rule covers the operation), or changes conflux's keys or (when the owner named
+//!   exemptions) the owner's. Its `messageExpression` builds the decision's message from the
+//!   same parts: the refusing ProtectPolicies' messages, the object, why it is protected, what
+//!   was refused and every way out. The differences, in
 //!   the message only (the verdict is the same): a dependents annotation longer than 2048
 //!   characters is cut at 2048 characters, where the webhook cuts at 2048 bytes; and the API
 //!   server replaces a message over 5 KiB or with a line break (possible only with a dependents
@@ -634,6 +638,73 @@ mod tests {
                 "{text}"
             );
             assert!(text.contains("'; or ask a cluster admin.'"));
+        }
+    }
+
+    /// The words of the rules' reasons and ways out, as the decision writes them, are the CEL's
+    /// literals (the end-to-end test compares whole messages on the API server).
+    #[test]
+    fn rule_messages_are_built_from_the_decisions_words() {
+        let text = serde_json::to_string(&admission_policy(&Policy::default())).unwrap();
+        let old = json!({
+            "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "y",
+                         "labels": {PROTECTED_LABEL: "true", ENABLED_LABEL: "true"},
+                         "annotations": {
+                             RULES_ANNOTATION: "sync;ConfigSync/fan;;;;\ncopy;Secret/x/s (copyFrom);;;;\npolicy;ProtectPolicy/p;;u;g;Stop.",
+                             WHILE_COPIED_ANNOTATION: "true",
+                             EXEMPT_USERS_ANNOTATION: "alice",
+                         }},
+        });
+        let Verdict::Deny { message } = decide(
+            &Policy::default(),
+            &Request {
+                operation: Operation::Delete,
+                username: "dave",
+                groups: &[],
+                kind: "Secret",
+                namespace: "y",
+                name: "s",
+                old_object: Some(&old),
+                new_object: None,
+            },
+        ) else {
+            panic!("denied")
+        };
+        assert!(
+            message.starts_with("Stop. Secret y/s is protected: "),
+            "{message}"
+        );
+        for (fragment, literal) in [
+            ("it is copied by ConfigSync/fan", "'it is copied by '"),
+            ("ProtectPolicy/p protects it", "' protects it'"),
+            (
+                "it is labelled protect.conflux.dev/enabled=true",
+                "it is labelled protect.conflux.dev/enabled=true",
+            ),
+            (
+                "to protect it while copied by Secret/x/s (copyFrom)",
+                "to protect it while copied by ",
+            ),
+            (
+                "ask the platform to stop copying it with ConfigSync/fan",
+                "'ask the platform to stop copying it with '",
+            ),
+            (
+                "ask the platform to change ProtectPolicy/p, which exempts the users u, which exempts the groups g",
+                "', which exempts the groups '",
+            ),
+            (
+                "ask an identity its owner exempts (alice) to remove the label protect.conflux.dev/enabled",
+                "'ask an identity its owner exempts ('",
+            ),
+            (
+                "to remove the annotation protect.conflux.dev/while-copied",
+                "remove the annotation protect.conflux.dev/while-copied",
+            ),
+        ] {
+            assert!(message.contains(fragment), "{fragment:?} not in {message}");
+            assert!(text.contains(literal), "{literal:?} not in the policy");
         }
     }
 }

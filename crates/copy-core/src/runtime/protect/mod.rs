@@ -8,9 +8,10 @@
 //!   (rustls) and registers the ValidatingWebhookConfiguration [`WEBHOOK_CONFIGURATION`] with a
 //!   server-side apply, its CA bundle included. Decisions are [`crate::protect::decide`]'s, read
 //!   from the object's own labels, so any replica answers the same.
-//! - [`run`] (the leader's) computes which objects are sources (of ConfigSyncs, and of
-//!   consenting `copyFrom` copies) and keeps [`PROTECTED_LABEL`] and [`DEPENDENTS_ANNOTATION`] on
-//!   exactly those, with its own field manager.
+//! - [`run`] (the leader's) computes which objects are protected (sources of ConfigSyncs, objects
+//!   ProtectPolicies select, and `copyFrom` sources whose owner asked for it) and keeps
+//!   [`PROTECTED_LABEL`], [`DEPENDENTS_ANNOTATION`] and the rules annotation on exactly those,
+//!   with its own field manager.
 //!
 //! The webhook's `objectSelector` matches only [`PROTECTED_LABEL`] or [`ENABLED_LABEL`], with
 //! `failurePolicy: Fail`: an object that is not protected never reaches the webhook, so conflux
