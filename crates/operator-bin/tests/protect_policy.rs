@@ -265,6 +265,12 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         &conflux_tests::objects::config_sync_crd(),
     )
     .await;
+    conflux_tests::objects::install_crd(
+        &admin,
+        MANAGER,
+        &conflux_tests::objects::protect_policy_crd(),
+    )
+    .await;
     let src = cluster.namespace(&admin, "vap-src").await;
     let dst = cluster.namespace(&admin, "vap-dst").await;
     apply(
@@ -356,6 +362,51 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
                      "annotations": {"fluxcd.controlplane.io/copyFrom": format!("{src}/pulled")}}}),
     )
     .await;
+    // A ProtectPolicy (its CRD, watch, Namespace watch and status, with the exported RBAC).
+    let policy_name = format!("{src}-policy");
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "guarded-by-policy", "namespace": dst}}),
+    )
+    .await;
+    apply(
+        &admin,
+        json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ProtectPolicy",
+               "metadata": {"name": policy_name},
+               "spec": {"configs": {"kinds": ["ConfigMap"], "namespaces": [dst],
+                                    "names": ["guarded-by-policy"],
+                                    "namespaceSelector": {"matchLabels": {"protect-test": src}}}}}),
+    )
+    .await;
+    let policies: Api<copy_core::ProtectPolicy> = Api::all(admin.clone());
+    eventually(
+        "the ProtectPolicy Ready",
+        Duration::from_secs(60),
+        || async {
+            let p = policies.get(&policy_name).await.ok()?;
+            let status = p.status?;
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+            (ready.status == "True" && status.observed_generation == p.metadata.generation)
+                .then_some(())
+        },
+    )
+    .await;
+    let dst_cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &dst);
+    eventually(
+        "the policy's ConfigMap labelled",
+        Duration::from_secs(60),
+        || async {
+            let cm = dst_cms.get("guarded-by-policy").await.ok()?;
+            (cm.labels().get(PROTECTED).map(String::as_str) == Some("true")).then_some(())
+        },
+    )
+    .await;
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .expect("delete ProtectPolicy");
+
     let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), &src);
     for name in ["fanned", "pulled"] {
         eventually(
