@@ -73,6 +73,21 @@ async fn grant_edit(admin: &Client, user: &str, namespace: &str) {
     .await;
 }
 
+/// Deletes the ValidatingWebhookConfiguration an earlier webhook-mode test left: it points at a
+/// stopped process and, with `failurePolicy: Fail`, would refuse every write of a labelled
+/// object (as an admin uninstalling conflux's webhook mode does).
+async fn remove_leftover_webhook(admin: &Client) {
+    let api: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(admin.clone());
+    match api
+        .delete("conflux-protect", &DeleteParams::default())
+        .await
+    {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(other) => panic!("delete the webhook configuration: {other}"),
+    }
+}
+
 /// conflux with `controllers` in `mode`, ready.
 async fn start(mode: Mode, name: &str, controllers: &str) -> Conflux {
     let cluster = conflux_tests::cluster();
@@ -199,6 +214,7 @@ async fn wait_copy(api: &Api<Secret>, name: &str, want: &[u8]) {
 async fn two_tenants(mode: Mode) {
     let cluster = conflux_tests::cluster();
     let admin = cluster.client().await;
+    remove_leftover_webhook(&admin).await;
     let y = cluster.namespace(&admin, "pt-y").await;
     let x = cluster.namespace(&admin, "pt-x").await;
     grant_edit(&admin, "alice", &y).await;
@@ -207,8 +223,44 @@ async fn two_tenants(mode: Mode) {
     let alice = impersonating("alice", &["tenants"]).await;
     let bob = impersonating("bob", &["tenants"]).await;
     let dave = impersonating("dave", &["tenants"]).await;
+    // An upgrade: `legacy` was labelled by an earlier conflux (its field manager) only because
+    // bob pulls it, without a rules annotation; alice asked for nothing, so the labeller
+    // unprotects it.
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "legacy", "namespace": y, "annotations": {CONSENT: x}},
+               "data": {"leak-raw": conflux_tests::leak::base64(b"v1")}}),
+    )
+    .await;
+    conflux_tests::objects::apply(
+        &admin,
+        "conflux-protect",
+        &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "legacy", "namespace": y,
+                             "labels": {PROTECTED: "true"},
+                             "annotations": {"protect.conflux.dev/dependents": format!("Secret/{x}/legacy (copyFrom)")}}}),
+    )
+    .await;
+    apply(
+        &bob,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "legacy", "namespace": x,
+                            "annotations": {"fluxcd.controlplane.io/copyFrom": format!("{y}/legacy")}}}),
+    )
+    .await;
     let name = format!("{mode:?}").to_lowercase();
     let mut conflux = start(mode, &format!("pt-tenants-{name}"), "copy,protect").await;
+    let admin_y: Api<Secret> = Api::namespaced(admin.clone(), &y);
+    eventually(
+        "the legacy protection removed",
+        Duration::from_secs(60),
+        || async {
+            let s = admin_y.get("legacy").await.ok()?;
+            (!s.labels().contains_key(PROTECTED)).then_some(())
+        },
+    )
+    .await;
     let log = conflux.log_text();
     assert!(
         log.contains("CrdMissing") && log.contains("ConfigSync"),
@@ -386,6 +438,7 @@ async fn kyverno_import(mode: Mode) {
         &conflux_tests::objects::protect_policy_crd(),
     )
     .await;
+    remove_leftover_webhook(&admin).await;
     let platform = cluster.namespace(&admin, "platform").await;
     let kyverno_sa = "system:serviceaccount:kyverno:kyverno";
     grant_edit(&admin, "carol", &platform).await;
