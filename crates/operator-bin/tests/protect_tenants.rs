@@ -286,7 +286,8 @@ async fn two_tenants(mode: Mode) {
     let source = |name: &str, annotations: Value| {
         json!({"apiVersion": "v1", "kind": "Secret",
                "metadata": {"name": name, "namespace": y, "annotations": annotations},
-               "data": {"leak-raw": base64(b"v1")}})
+               "data": {"leak-raw": base64(b"v1"),
+                        "leak-pem": base64(conflux_tests::leak::pem().as_bytes())}})
     };
     let copy = |name: &str| {
         json!({"apiVersion": "v1", "kind": "Secret",
@@ -398,7 +399,10 @@ async fn two_tenants(mode: Mode) {
         !conflux.log_text().contains("forbidden"),
         "conflux was refused something"
     );
+    let metrics = conflux.metrics();
     conflux.stop();
+    conflux_tests::leak::assert_clean("metrics", &metrics);
+    conflux_tests::leak::assert_clean("log", &conflux.log_text());
 }
 
 /// RFC 7386 merge patch of `patch` onto `target`.
@@ -447,7 +451,8 @@ async fn kyverno_import(mode: Mode) {
         &admin,
         json!({"apiVersion": "v1", "kind": "Secret",
                "metadata": {"name": "blogsecret", "namespace": platform},
-               "data": {"leak-raw": conflux_tests::leak::base64(b"v1")}}),
+               "data": {"leak-raw": conflux_tests::leak::base64(b"v1"),
+                        "leak-pem": conflux_tests::leak::base64(conflux_tests::leak::pem().as_bytes())}}),
     )
     .await;
     let name = format!("{mode:?}").to_lowercase();
@@ -591,7 +596,10 @@ async fn kyverno_import(mode: Mode) {
         },
     )
     .await;
+    let metrics = conflux.metrics();
     conflux.stop();
+    conflux_tests::leak::assert_clean("metrics", &metrics);
+    conflux_tests::leak::assert_clean("log", &conflux.log_text());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
