@@ -357,7 +357,7 @@ pub fn admission_policy(policy: &Policy) -> Value {
             "validations": [{
                 "expression": "size(variables.refused) == 0",
                 "messageExpression": message,
-                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; what depends on it is in its annotation {DEPENDENTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
+                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; why is in its annotations {DEPENDENTS_ANNOTATION} and {RULES_ANNOTATION}, the owner's exemptions in {EXEMPT_USERS_ANNOTATION}, {EXEMPT_GROUPS_ANNOTATION} and {EXEMPT_SERVICE_ACCOUNTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
                 "reason": "Forbidden",
             }],
         },
