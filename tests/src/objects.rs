@@ -35,6 +35,7 @@ pub fn plural(kind: &str) -> &'static str {
         "Receiver" => "receivers",
         "ResourceSet" => "resourcesets",
         "ConfigSync" => "configsyncs",
+        "ProtectPolicy" => "protectpolicies",
         "Sample" => "samples",
         other => panic!("no plural for {other}"),
     }
@@ -69,9 +70,23 @@ pub async fn apply(client: &Client, manager: &str, object: &Value) {
 
 /// The committed ConfigSync CRD (`deploy/crds/configsync.yaml`).
 pub fn config_sync_crd() -> CustomResourceDefinition {
+    committed_crd("configsyncs.conflux.dev")
+}
+
+/// The committed ProtectPolicy CRD (`deploy/crds/configsync.yaml`, after the ConfigSync CRD).
+pub fn protect_policy_crd() -> CustomResourceDefinition {
+    committed_crd("protectpolicies.conflux.dev")
+}
+
+/// The CRD `name` of `deploy/crds/configsync.yaml` (what `conflux crd` prints).
+fn committed_crd(name: &str) -> CustomResourceDefinition {
     let path = repo_root().join("deploy/crds/configsync.yaml");
     let text = std::fs::read_to_string(&path).expect("read deploy/crds/configsync.yaml");
-    serde_saphyr::from_str(&text).expect("deploy/crds/configsync.yaml is a CRD")
+    let crds: Vec<CustomResourceDefinition> =
+        serde_saphyr::from_multiple(&text).expect("deploy/crds/configsync.yaml holds CRDs");
+    crds.into_iter()
+        .find(|c| c.metadata.name.as_deref() == Some(name))
+        .unwrap_or_else(|| panic!("no CRD {name} in deploy/crds/configsync.yaml"))
 }
 
 /// Flux's real Kustomization CRD (`kustomize.toolkit.fluxcd.io`), from the kustomize-controller

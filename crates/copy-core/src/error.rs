@@ -138,6 +138,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A ProtectPolicy whose spec cannot be used: nothing is protected by it until it is fixed.
+    #[error("ProtectPolicy {policy}: {problem}")]
+    InvalidProtectPolicy {
+        /// The policy's name.
+        policy: String,
+        /// The stable reason: `InvalidOperation`, `InvalidSelector` or `InvalidSubject`.
+        reason: &'static str,
+        /// What is wrong, naming the field.
+        problem: String,
+    },
+
     /// An API call failed or timed out (runtime feature); the message names the object and the
     /// action.
     #[cfg(feature = "runtime")]
@@ -291,6 +302,7 @@ impl Error {
             Error::KindMismatch { .. } => "KindMismatch",
             Error::Refused(_) | Error::UntrustedSyncSource { .. } => "Refused",
             Error::InvalidSelector { .. } => "InvalidSelector",
+            Error::InvalidProtectPolicy { reason, .. } => reason,
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
             #[cfg(feature = "runtime")]
@@ -321,6 +333,7 @@ impl Error {
                 | Error::KindMismatch { .. }
                 | Error::UntrustedSyncSource { .. }
                 | Error::InvalidSelector { .. }
+                | Error::InvalidProtectPolicy { .. }
         )
     }
 }

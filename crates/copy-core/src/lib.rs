@@ -11,6 +11,7 @@ pub mod glob;
 pub mod ownership;
 pub mod patterns;
 pub mod protect;
+pub mod protect_crd;
 pub mod protect_policy;
 pub mod reflector;
 pub mod replicator;
@@ -28,6 +29,8 @@ pub use desired::{DesiredCopy, WriteMode};
 pub use error::{ConflictingSources, Error, SecretTypeConflict};
 pub use fan_out::{FanOut, Predecessor};
 pub use ownership::Owner;
+#[cfg(feature = "kube")]
+pub use protect_crd::ProtectPolicy;
 pub use selection::{NamespaceView, Selection};
 pub use source::{ConfigObject, SourceKind, SourceRef};
 pub use steps::{Step, plan_deletion, plan_sync};

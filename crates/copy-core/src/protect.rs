@@ -1,16 +1,26 @@
-//! Protecting the sources conflux copies from: the decisions of the `protect` validating admission
-//! webhook, like a Kyverno policy but built in.
+//! Protecting ConfigMaps and Secrets: the decisions of the `protect` admission webhook (and, in
+//! CEL, of the admission policy of [`crate::protect_policy`]), like a Kyverno policy but built in.
 //!
-//! A ConfigMap or Secret is protected when its **old** object (the one being updated or deleted)
-//! carries [`PROTECTED_LABEL`]` = "true"` (set by conflux on the sources of ConfigSyncs and of
-//! `copyFrom` copies, with [`DEPENDENTS_ANNOTATION`] naming them) or [`ENABLED_LABEL`]` = "true"`
-//! (set by users to opt an object in). A protected object cannot be deleted, its content (`data`,
-//! `binaryData`, `type`, `immutable`, `stringData`) cannot change and its protection cannot be
-//! removed, except by `system:masters` and the identities of [`Policy`]. Every other edit (labels,
-//! annotations, finalizers, ...) is allowed, so GitOps tools can keep managing the object's metadata.
+//! Only the object's owner or the platform decides that it is protected; a consumer in another
+//! namespace never does. Everything is read from the **old** object (the one being updated or
+//! deleted):
+//! - [`PROTECTED_LABEL`]` = "true"`, set by conflux's labeller with [`DEPENDENTS_ANNOTATION`]
+//!   (who, for people) and [`RULES_ANNOTATION`] (the rules, [`RuleLine`]): a ConfigSync copies
+//!   the object (`sync`), a ProtectPolicy selects it (`policy`, with its operations, exempt users
+//!   and groups, and message), or consenting `copyFrom` copies exist (`copy`, binding only while
+//!   the owner's [`WHILE_COPIED_ANNOTATION`] is on the object);
+//! - [`ENABLED_LABEL`]` = "true"`, set by the owner.
+//!
+//! The owner's protection (the label, while-copied) exempts the owner's identities
+//! ([`EXEMPT_USERS_ANNOTATION`], [`EXEMPT_GROUPS_ANNOTATION`],
+//! [`EXEMPT_SERVICE_ACCOUNTS_ANNOTATION`]); when there are none, whoever may edit the object may
+//! withdraw it. A protected object cannot be deleted and its content (`data`, `binaryData`,
+//! `type`, `immutable`, `stringData`) cannot change, by whom a rule binds; `system:masters` and
+//! the identities of [`Policy`] may do anything. Every other edit (labels, annotations,
+//! finalizers, ...) is allowed, so GitOps tools can keep managing the object's metadata.
 //!
 //! [`decide`] reads only the request: no I/O, no client, no clock. Deny messages name the object,
-//! who depends on it and how to unprotect it, never a data value.
+//! why it is protected and every way out, never a data value.
 //!
 //! ```
 //! use copy_core::protect::{decide, Operation, Policy, Request, Verdict, PROTECTED_LABEL};
@@ -132,6 +142,11 @@ pub enum Dependent {
         /// The copy's name.
         name: String,
     },
+    /// A ProtectPolicy matches the object. `Display`: `ProtectPolicy/<name>`.
+    ProtectPolicy {
+        /// The ProtectPolicy's name (cluster-scoped).
+        name: String,
+    },
 }
 
 impl fmt::Display for Dependent {
@@ -143,6 +158,7 @@ impl fmt::Display for Dependent {
                 namespace,
                 name,
             } => write!(f, "{kind}/{namespace}/{name} (copyFrom)"),
+            Dependent::ProtectPolicy { name } => write!(f, "ProtectPolicy/{name}"),
         }
     }
 }
@@ -260,17 +276,167 @@ pub enum Verdict {
     },
 }
 
+/// Annotation conflux sets next to [`PROTECTED_LABEL`]: the rules that protect the object, one a
+/// line, read by [`decide`] and by the admission policy alike. Each line is
+/// `kind;who;operations;users;groups;message` ([`RuleLine`]): `kind` is `sync` (ConfigSyncs copy
+/// it), `copy` (copyFrom copies of a source whose owner asked for protection while copied) or
+/// `policy` (a ProtectPolicy matches it); `operations` is `UPDATE`, `DELETE` or both
+/// (comma-separated; empty means both); `users` and `groups` (comma-separated) are exempt.
+pub const RULES_ANNOTATION: &str = "protect.conflux.dev/rules";
+
+/// Annotation (`"true"`) the owner of a source sets next to its consent annotation: copies of it
+/// into other namespaces make conflux protect it while they exist. Without it a copy never
+/// protects its source: consent to be copied is not consent to be frozen.
+pub const WHILE_COPIED_ANNOTATION: &str = "protect.conflux.dev/while-copied";
+
+/// Annotation the owner sets: usernames (comma-separated) exempt from the owner's protection
+/// ([`ENABLED_LABEL`], [`WHILE_COPIED_ANNOTATION`]).
+pub const EXEMPT_USERS_ANNOTATION: &str = "protect.conflux.dev/exempt-users";
+
+/// Annotation the owner sets: groups (comma-separated) exempt from the owner's protection.
+pub const EXEMPT_GROUPS_ANNOTATION: &str = "protect.conflux.dev/exempt-groups";
+
+/// Annotation the owner sets: ServiceAccounts (`namespace/name`, comma-separated) exempt from the
+/// owner's protection.
+pub const EXEMPT_SERVICE_ACCOUNTS_ANNOTATION: &str = "protect.conflux.dev/exempt-service-accounts";
+
+/// The keys conflux writes: changing them is refused by every platform rule.
+pub(crate) const CONFLUX_KEYS: [(&str, &str, &str); 3] = [
+    ("labels", "label", PROTECTED_LABEL),
+    ("annotations", "annotation", DEPENDENTS_ANNOTATION),
+    ("annotations", "annotation", RULES_ANNOTATION),
+];
+
+/// The keys the owner writes: changing them is refused only when the owner named exempt
+/// identities and the requester is not one of them.
+pub(crate) const OWNER_KEYS: [(&str, &str, &str); 5] = [
+    ("labels", "label", ENABLED_LABEL),
+    ("annotations", "annotation", WHILE_COPIED_ANNOTATION),
+    ("annotations", "annotation", EXEMPT_USERS_ANNOTATION),
+    ("annotations", "annotation", EXEMPT_GROUPS_ANNOTATION),
+    (
+        "annotations",
+        "annotation",
+        EXEMPT_SERVICE_ACCOUNTS_ANNOTATION,
+    ),
+];
+
+/// One line of [`RULES_ANNOTATION`], as [`decide`] and the admission policy read it: split on
+/// `;` into at most six fields, missing fields empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleLine {
+    /// `sync`, `copy` or `policy`; anything else is read as a platform rule without exemptions.
+    pub kind: String,
+    /// Who asked: `ConfigSync/a, ConfigSync/b`, `Secret/x/s (copyFrom)`, `ProtectPolicy/p`.
+    pub who: String,
+    /// `UPDATE`, `DELETE`, comma-separated; empty for both.
+    pub operations: String,
+    /// Exempt usernames, comma-separated.
+    pub users: String,
+    /// Exempt groups, comma-separated.
+    pub groups: String,
+    /// Shown first in every refusal the rule causes (ProtectPolicy's `message`).
+    pub message: String,
+}
+
+impl RuleLine {
+    /// Parses one line (never fails: missing fields are empty).
+    pub fn parse(line: &str) -> Self {
+        let mut fields = line.splitn(6, ';').map(str::to_owned);
+        let mut next = || fields.next().unwrap_or_default();
+        RuleLine {
+            kind: next(),
+            who: next(),
+            operations: next(),
+            users: next(),
+            groups: next(),
+            message: next(),
+        }
+    }
+
+    /// The line as written in [`RULES_ANNOTATION`]. The labeller keeps `;`, `,` and line breaks
+    /// out of the fields that cannot hold them (ProtectPolicy validation refuses them).
+    pub fn render(&self) -> String {
+        format!(
+            "{};{};{};{};{};{}",
+            self.kind, self.who, self.operations, self.users, self.groups, self.message
+        )
+    }
+
+    fn covers(&self, operation: &str) -> bool {
+        self.operations.is_empty() || self.operations.split(',').any(|o| o == operation)
+    }
+
+    fn exempts(&self, username: &str, groups: &[String]) -> bool {
+        self.users
+            .split(',')
+            .any(|u| !u.is_empty() && u == username)
+            || self
+                .groups
+                .split(',')
+                .any(|g| !g.is_empty() && groups.iter().any(|h| h == g))
+    }
+}
+
+/// The value of [`RULES_ANNOTATION`] for `lines`.
+pub fn rules_annotation(lines: &[RuleLine]) -> String {
+    lines
+        .iter()
+        .map(RuleLine::render)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The username of a ServiceAccount, as the API server authenticates it.
+pub fn service_account_username(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// The owner's exempt identities, from the old object's annotations: trimmed, empty entries
+/// dropped, ServiceAccounts as usernames.
+fn owner_exemptions(old: Option<&Value>) -> (Vec<String>, Vec<String>) {
+    let list = |key: &str| -> Vec<String> {
+        meta_str(old, "annotations", key)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut users = list(EXEMPT_USERS_ANNOTATION);
+    users.extend(
+        list(EXEMPT_SERVICE_ACCOUNTS_ANNOTATION)
+            .iter()
+            .map(|sa| format!("system:serviceaccount:{}", sa.replace('/', ":"))),
+    );
+    let groups = list(EXEMPT_GROUPS_ANNOTATION);
+    (users, groups)
+}
+
 /// Decides one admission request:
 ///
 /// 1. only `ConfigMap` and `Secret` outside [`Policy::excluded_namespaces`] are looked at, and
 ///    only for UPDATE and DELETE;
 /// 2. `system:masters` and [`Policy::allow_users`] / [`Policy::allow_groups`] may do anything;
-/// 3. the protection is read from the old object's labels ([`is_protected`]); unprotected objects
-///    are allowed;
-/// 4. DELETE is denied;
-/// 5. UPDATE is denied when it changes `data`, `binaryData`, `type` or `immutable` (absent equals
-///    an empty map, `false`, and for Secrets `Opaque`), sets `stringData`, or removes or changes
-///    [`PROTECTED_LABEL`], [`ENABLED_LABEL`] or [`DEPENDENTS_ANNOTATION`]; anything else is allowed.
+/// 3. the rules protecting the object are read from the **old** object: with [`PROTECTED_LABEL`],
+///    the platform's lines of [`RULES_ANNOTATION`] (ConfigSyncs, ProtectPolicies; a labelled
+///    object without lines has one rule without exemptions); the owner's rules: [`ENABLED_LABEL`],
+///    and [`WHILE_COPIED_ANNOTATION`] while a `copy` line says copies exist. Each platform rule
+///    has its operations and exempt users and groups; the owner's rules share the owner's
+///    exemptions ([`EXEMPT_USERS_ANNOTATION`], ...);
+/// 4. refused, by a rule the requester is not exempt from: deleting, or changing `data`,
+///    `binaryData`, `type` or `immutable` (absent equals an empty map, `false`, and for Secrets
+///    `Opaque`) or setting `stringData`, when the rule covers the operation; changing conflux's
+///    keys ([`PROTECTED_LABEL`], [`DEPENDENTS_ANNOTATION`], [`RULES_ANNOTATION`]), by a platform
+///    rule, or an owner's rule when the owner named exemptions; changing the owner's keys, by an
+///    owner's rule when the owner named exemptions. Without exemptions the owner's protection
+///    guards against accidents: anyone who may edit the object may remove it first.
+///
+/// The message starts with the messages of the refusing ProtectPolicies, then names the object,
+/// why it is protected, what was refused, and every way out.
 ///
 /// Never panics: JSON of an unexpected shape (a label that is not a string, metadata that is not
 /// a map) counts as absent.
@@ -283,10 +449,11 @@ pub fn decide(policy: &Policy, request: &Request) -> Verdict {
     {
         return Verdict::Allow;
     }
-    match request.operation {
-        Operation::Update | Operation::Delete => {}
+    let operation = match request.operation {
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
         Operation::Create | Operation::Connect => return Verdict::Allow,
-    }
+    };
     if policy.allows(request.username, request.groups) {
         return Verdict::Allow;
     }
@@ -300,54 +467,170 @@ pub fn decide(policy: &Policy, request: &Request) -> Verdict {
         return Verdict::Allow;
     }
 
-    let refused = match request.operation {
-        Operation::Delete => vec!["deleting it".to_owned()],
-        _ => refused_changes(request.kind == "Secret", old, request.new_object),
+    let lines: Vec<RuleLine> = if by_conflux {
+        meta_str(old, "annotations", RULES_ANNOTATION)
+            .map(|text| {
+                text.split('\n')
+                    .filter(|l| !l.is_empty())
+                    .map(RuleLine::parse)
+                    .collect()
+            })
+            .unwrap_or_default()
+    } else {
+        Vec::new()
     };
+    // A labelled object without rules (labelled by hand, or by an earlier conflux): one platform
+    // rule without exemptions, so nothing is unprotected by an upgrade before the labeller
+    // rewrites it.
+    let platform: Vec<RuleLine> = if by_conflux && lines.is_empty() {
+        vec![RuleLine::parse("")]
+    } else {
+        lines.iter().filter(|l| l.kind != "copy").cloned().collect()
+    };
+    let copy_line = lines.iter().find(|l| l.kind == "copy");
+    let while_copied = meta_str(old, "annotations", WHILE_COPIED_ANNOTATION) == Some("true");
+    let owner_copy = while_copied.then_some(copy_line).flatten();
+    let owner_rules = usize::from(opted_in) + usize::from(owner_copy.is_some());
+    let (owner_users, owner_groups) = owner_exemptions(old);
+    let owner_exempt = owner_users.iter().any(|u| u == request.username)
+        || request.groups.iter().any(|g| owner_groups.contains(g));
+    let owner_locked =
+        owner_rules > 0 && !(owner_users.is_empty() && owner_groups.is_empty()) && !owner_exempt;
+
+    let secret = request.kind == "Secret";
+    let content = match request.operation {
+        Operation::Delete => vec!["deleting it".to_owned()],
+        _ => content_changes(secret, old, request.new_object),
+    };
+    let (conflux_changes, owner_changes) = match request.operation {
+        Operation::Delete => (Vec::new(), Vec::new()),
+        _ => (
+            key_changes(&CONFLUX_KEYS, old, request.new_object),
+            key_changes(&OWNER_KEYS, old, request.new_object),
+        ),
+    };
+
+    let platform_content = |l: &RuleLine| {
+        !content.is_empty() && l.covers(operation) && !l.exempts(request.username, request.groups)
+    };
+    let platform_meta =
+        |l: &RuleLine| !conflux_changes.is_empty() && !l.exempts(request.username, request.groups);
+    let owner_content = owner_rules > 0 && !content.is_empty() && !owner_exempt;
+    let owner_meta = owner_locked && (!conflux_changes.is_empty() || !owner_changes.is_empty());
+
+    let mut refused = Vec::new();
+    if platform.iter().any(platform_content) || owner_content {
+        refused.extend(content.iter().cloned());
+    }
+    if platform.iter().any(platform_meta) || (owner_locked && !conflux_changes.is_empty()) {
+        refused.extend(conflux_changes.iter().cloned());
+    }
+    if owner_locked {
+        refused.extend(owner_changes.iter().cloned());
+    }
     if refused.is_empty() {
         return Verdict::Allow;
     }
 
+    let mut messages = Vec::new();
     let mut why = Vec::new();
     let mut how = Vec::new();
-    if by_conflux {
-        match meta_str(old, "annotations", DEPENDENTS_ANNOTATION).map(str::trim) {
-            Some(dependents) if !dependents.is_empty() => why.push(format!(
-                "conflux copies it for {}",
-                truncate(dependents, MAX_QUOTED_DEPENDENTS)
-            )),
-            _ => why.push("conflux copies from it".to_owned()),
+    for line in platform
+        .iter()
+        .filter(|l| platform_content(l) || platform_meta(l))
+    {
+        match line.kind.as_str() {
+            "sync" => {
+                why.push(format!("it is copied by {}", line.who));
+                how.push(format!(
+                    "ask the platform to stop copying it with {}",
+                    line.who
+                ));
+            }
+            "policy" => {
+                if !line.message.is_empty() {
+                    messages.push(line.message.clone());
+                }
+                why.push(format!("{} protects it", line.who));
+                how.push(format!(
+                    "ask the platform to change {}{}{}",
+                    line.who,
+                    if line.users.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", which exempts the users {}", line.users)
+                    },
+                    if line.groups.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", which exempts the groups {}", line.groups)
+                    },
+                ));
+            }
+            _ => {
+                match meta_str(old, "annotations", DEPENDENTS_ANNOTATION).map(str::trim) {
+                    Some(dependents) if !dependents.is_empty() => why.push(format!(
+                        "conflux protects it for {}",
+                        truncate(dependents, MAX_QUOTED_DEPENDENTS)
+                    )),
+                    _ => why.push("conflux protects it".to_owned()),
+                }
+                how.push(format!(
+                    "ask the platform to remove what protects it (conflux then removes {PROTECTED_LABEL})"
+                ));
+            }
         }
-        how.push(format!(
-            "remove it from the ConfigSyncs and copyFrom annotations that use it (conflux then removes {PROTECTED_LABEL}), or ask a cluster admin"
-        ));
     }
-    if opted_in {
-        why.push(format!("it is labelled {ENABLED_LABEL}=true"));
-        how.push(format!(
-            "a cluster admin (or an identity in --protect-allow-users/--protect-allow-groups) can remove the label {ENABLED_LABEL}"
-        ));
+    if owner_content || owner_meta {
+        let exempt: Vec<String> = owner_users
+            .iter()
+            .cloned()
+            .chain(owner_groups.iter().map(|g| format!("group {g}")))
+            .collect();
+        let undo = |what: String| {
+            if owner_locked {
+                format!(
+                    "ask an identity its owner exempts ({}) to {what}",
+                    exempt.join(", ")
+                )
+            } else {
+                format!("{what} first (the owner's protection)")
+            }
+        };
+        if opted_in {
+            why.push(format!("it is labelled {ENABLED_LABEL}=true"));
+            how.push(undo(format!("remove the label {ENABLED_LABEL}")));
+        }
+        if let Some(line) = owner_copy {
+            why.push(format!(
+                "its owner asked ({WHILE_COPIED_ANNOTATION}) to protect it while copied by {}",
+                line.who
+            ));
+            how.push(undo(format!(
+                "remove the annotation {WHILE_COPIED_ANNOTATION}"
+            )));
+        }
     }
     let name = match request.name {
         "" => meta_name(old).unwrap_or_default(),
         name => name,
     };
+    let prefix: String = messages.iter().map(|m| format!("{m} ")).collect();
     Verdict::Deny {
         message: format!(
-            "{} {}/{} is protected: {}. Refused: {}. To unprotect it, {}.",
+            "{prefix}{} {}/{} is protected: {}. Refused: {}. To unprotect it, {}; or ask a cluster admin.",
             request.kind,
             request.namespace,
             name,
             why.join("; "),
             refused.join("; "),
-            how.join("; also "),
+            how.join("; "),
         ),
     }
 }
 
-/// What an UPDATE from `old` to `new` would do to a protected object that is refused; empty when
-/// it is allowed.
-fn refused_changes(secret: bool, old: Option<&Value>, new: Option<&Value>) -> Vec<String> {
+/// What an UPDATE from `old` to `new` changes of a protected object's content.
+fn content_changes(secret: bool, old: Option<&Value>, new: Option<&Value>) -> Vec<String> {
     let mut refused = Vec::new();
 
     let mut fields = Vec::new();
@@ -370,21 +653,25 @@ fn refused_changes(secret: bool, old: Option<&Value>, new: Option<&Value>) -> Ve
     if map_field(new, "stringData").is_some() {
         refused.push("setting its stringData".to_owned());
     }
+    refused
+}
 
-    for (section, what, key) in [
-        ("labels", "label", PROTECTED_LABEL),
-        ("labels", "label", ENABLED_LABEL),
-        ("annotations", "annotation", DEPENDENTS_ANNOTATION),
-    ] {
-        let Some(before) = meta_str(old, section, key) else {
-            continue;
-        };
-        match meta_str(new, section, key) {
-            None => refused.push(format!("removing its protection {what} {key}")),
-            Some(after) if after != before => {
+/// What an UPDATE from `old` to `new` changes of `keys` (labels or annotations): removing,
+/// changing or adding each.
+fn key_changes(
+    keys: &[(&str, &str, &str)],
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Vec<String> {
+    let mut refused = Vec::new();
+    for (section, what, key) in keys {
+        match (meta_str(old, section, key), meta_str(new, section, key)) {
+            (Some(_), None) => refused.push(format!("removing its protection {what} {key}")),
+            (Some(before), Some(after)) if after != before => {
                 refused.push(format!("changing its protection {what} {key}"));
             }
-            Some(_) => {}
+            (None, Some(_)) => refused.push(format!("adding the protection {what} {key}")),
+            _ => {}
         }
     }
     refused
@@ -575,10 +862,10 @@ mod tests {
         let text = message(decide(&Policy::default(), &delete(&old, &g)));
         assert_eq!(
             text,
-            "Secret team-a/registry is protected: conflux copies it for ConfigSync/shared-registry, \
-             Secret/team-b/registry (copyFrom). Refused: deleting it. To unprotect it, remove it \
-             from the ConfigSyncs and copyFrom annotations that use it (conflux then removes \
-             protect.conflux.dev/protected), or ask a cluster admin."
+            "Secret team-a/registry is protected: conflux protects it for ConfigSync/shared-registry, \
+             Secret/team-b/registry (copyFrom). Refused: deleting it. To unprotect it, ask the \
+             platform to remove what protects it (conflux then removes \
+             protect.conflux.dev/protected); or ask a cluster admin."
         );
         assert!(!text.contains("c2VjcmV0"), "no data in messages");
     }
@@ -589,18 +876,12 @@ mod tests {
             remove(v, &["metadata", "annotations", DEPENDENTS_ANNOTATION])
         });
         let text = message(decide(&Policy::default(), &delete(&old, &[])));
-        assert!(
-            text.contains("protected: conflux copies from it."),
-            "{text}"
-        );
+        assert!(text.contains("protected: conflux protects it."), "{text}");
         let blank = edited(&conflux_source(), |v| {
             v["metadata"]["annotations"][DEPENDENTS_ANNOTATION] = json!("  ")
         });
         let text = message(decide(&Policy::default(), &delete(&blank, &[])));
-        assert!(
-            text.contains("protected: conflux copies from it."),
-            "{text}"
-        );
+        assert!(text.contains("protected: conflux protects it."), "{text}");
     }
 
     #[test]
@@ -610,9 +891,8 @@ mod tests {
         assert_eq!(
             text,
             "ConfigMap team-a/settings is protected: it is labelled protect.conflux.dev/enabled=true. \
-             Refused: deleting it. To unprotect it, a cluster admin (or an identity in \
-             --protect-allow-users/--protect-allow-groups) can remove the label \
-             protect.conflux.dev/enabled."
+             Refused: deleting it. To unprotect it, remove the label protect.conflux.dev/enabled \
+             first (the owner's protection); or ask a cluster admin."
         );
     }
 
@@ -627,7 +907,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("or ask a cluster admin; also a cluster admin (or an identity"),
+            text.contains("(conflux then removes protect.conflux.dev/protected); remove the label"),
             "{text}"
         );
     }
@@ -778,17 +1058,18 @@ mod tests {
                 |v| remove(v, &["metadata", "labels"]),
                 Some("Refused: removing its protection label protect.conflux.dev/protected."),
             ),
+            // The owner's protection without exemptions: anyone who may edit it may remove it.
             (
                 "enabled label removed",
                 &cm,
                 |v| remove(v, &["metadata", "labels", ENABLED_LABEL]),
-                Some("Refused: removing its protection label protect.conflux.dev/enabled."),
+                None,
             ),
             (
                 "enabled label made non-string",
                 &cm,
                 |v| v["metadata"]["labels"][ENABLED_LABEL] = json!(true),
-                Some("Refused: removing its protection label protect.conflux.dev/enabled."),
+                None,
             ),
             (
                 "dependents annotation changed",
@@ -809,9 +1090,7 @@ mod tests {
                     v["data"]["mode"] = json!("open");
                     remove(v, &["metadata", "labels", ENABLED_LABEL]);
                 },
-                Some(
-                    "Refused: changing its data; removing its protection label protect.conflux.dev/enabled.",
-                ),
+                Some("Refused: changing its data. "),
             ),
         ];
         let tenant = groups(&["system:authenticated"]);
@@ -1060,15 +1339,17 @@ mod tests {
                 false,
             ),
             (protected.clone(), json!(7), false),
+            // Metadata that is not a map drops the owner's label: allowed, as removing it is.
             (
                 protected.clone(),
                 json!({"metadata": [], "data": {"a": "b"}}),
-                false,
+                true,
             ),
+            // Removing the owner's label (no exemptions named) is allowed.
             (
                 protected.clone(),
                 edited(&protected, |v| v["metadata"]["labels"] = json!(7)),
-                false,
+                true,
             ),
             (
                 edited(&protected, |v| v["data"] = json!("x")),
@@ -1165,6 +1446,229 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A Secret `team-a/registry` as the labeller writes it for `lines`.
+    fn with_rules(lines: &[&str]) -> Value {
+        edited(&conflux_source(), |v| {
+            v["metadata"]["annotations"][RULES_ANNOTATION] = json!(lines.join("\n"))
+        })
+    }
+
+    const KYVERNO_LINE: &str = "policy;ProtectPolicy/validate-secrets;UPDATE,DELETE;system:serviceaccount:kyverno:kyverno;;This Secret is protected; it may not be altered.";
+
+    #[test]
+    fn rule_lines_parse_render_and_pad() {
+        let line = RuleLine::parse(KYVERNO_LINE);
+        assert_eq!(line.kind, "policy");
+        assert_eq!(
+            line.message,
+            "This Secret is protected; it may not be altered."
+        );
+        assert_eq!(line.render(), KYVERNO_LINE);
+        let short = RuleLine::parse("sync;ConfigSync/a");
+        assert_eq!(
+            (short.operations.as_str(), short.message.as_str()),
+            ("", "")
+        );
+        assert!(short.covers("DELETE") && short.covers("UPDATE"));
+        assert!(!short.exempts("", &[]), "an empty user is never exempt");
+        assert_eq!(
+            rules_annotation(&[short.clone(), line]),
+            format!("sync;ConfigSync/a;;;;\n{KYVERNO_LINE}")
+        );
+        assert_eq!(
+            service_account_username("kyverno", "kyverno"),
+            "system:serviceaccount:kyverno:kyverno"
+        );
+    }
+
+    #[test]
+    fn a_protect_policy_exempts_its_identities_and_speaks_first() {
+        let old = with_rules(&[KYVERNO_LINE]);
+        let kyverno = Request {
+            username: "system:serviceaccount:kyverno:kyverno",
+            ..delete(&old, &[])
+        };
+        assert_eq!(decide(&Policy::default(), &kyverno), Verdict::Allow);
+        let changed = edited(&old, |v| v["data"] = json!({}));
+        let update_as_kyverno = Request {
+            username: "system:serviceaccount:kyverno:kyverno",
+            ..update(&old, &changed, &[])
+        };
+        assert_eq!(
+            decide(&Policy::default(), &update_as_kyverno),
+            Verdict::Allow
+        );
+        let text = message(decide(&Policy::default(), &update(&old, &changed, &[])));
+        assert_eq!(
+            text,
+            "This Secret is protected; it may not be altered. Secret team-a/registry is \
+             protected: ProtectPolicy/validate-secrets protects it. Refused: changing its data. \
+             To unprotect it, ask the platform to change ProtectPolicy/validate-secrets, which \
+             exempts the users system:serviceaccount:kyverno:kyverno; or ask a cluster admin."
+        );
+        // A second rule without the exemption still binds kyverno, and only its words are shown.
+        let both = with_rules(&[KYVERNO_LINE, "sync;ConfigSync/fan;;;;"]);
+        let text = message(decide(
+            &Policy::default(),
+            &Request {
+                username: "system:serviceaccount:kyverno:kyverno",
+                ..delete(&both, &[])
+            },
+        ));
+        assert!(
+            text.starts_with(
+                "Secret team-a/registry is protected: it is copied by ConfigSync/fan."
+            ),
+            "{text}"
+        );
+        // Group exemptions, and the operations a policy covers.
+        let deletes_only = with_rules(&["policy;ProtectPolicy/p;DELETE;;admins;"]);
+        let admins = groups(&["admins"]);
+        assert_eq!(
+            decide(&Policy::default(), &delete(&deletes_only, &admins)),
+            Verdict::Allow
+        );
+        assert!(matches!(
+            decide(&Policy::default(), &delete(&deletes_only, &[])),
+            Verdict::Deny { .. }
+        ));
+        let changed = edited(&deletes_only, |v| v["data"] = json!({}));
+        assert_eq!(
+            decide(&Policy::default(), &update(&deletes_only, &changed, &[])),
+            Verdict::Allow,
+            "UPDATE is not covered"
+        );
+        // ... but its protection cannot be stripped by whom it binds.
+        let stripped = edited(&deletes_only, |v| {
+            remove(v, &["metadata", "labels", PROTECTED_LABEL])
+        });
+        let text = message(decide(
+            &Policy::default(),
+            &update(&deletes_only, &stripped, &[]),
+        ));
+        assert!(
+            text.contains("Refused: removing its protection label"),
+            "{text}"
+        );
+        assert_eq!(
+            decide(
+                &Policy::default(),
+                &update(&deletes_only, &stripped, &admins)
+            ),
+            Verdict::Allow
+        );
+        // Nobody forges a rule: adding or changing the rules is refused.
+        let forged = edited(&conflux_source(), |v| {
+            v["metadata"]["annotations"][RULES_ANNOTATION] = json!("policy;x;;me;;")
+        });
+        let text = message(decide(
+            &Policy::default(),
+            &update(&conflux_source(), &forged, &[]),
+        ));
+        assert!(
+            text.contains("adding the protection annotation protect.conflux.dev/rules"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_copy_protects_its_source_only_while_the_owner_asks() {
+        let copy_line = "copy;Secret/x/s (copyFrom);;;;";
+        // The labeller wrote the copy line, but the owner does not ask (anymore): not protected.
+        let not_asked = with_rules(&[copy_line]);
+        assert_eq!(
+            decide(&Policy::default(), &delete(&not_asked, &[])),
+            Verdict::Allow
+        );
+        let asked = edited(&not_asked, |v| {
+            v["metadata"]["annotations"][WHILE_COPIED_ANNOTATION] = json!("true")
+        });
+        let text = message(decide(&Policy::default(), &delete(&asked, &[])));
+        assert_eq!(
+            text,
+            "Secret team-a/registry is protected: its owner asked \
+             (protect.conflux.dev/while-copied) to protect it while copied by Secret/x/s \
+             (copyFrom). Refused: deleting it. To unprotect it, remove the annotation \
+             protect.conflux.dev/while-copied first (the owner's protection); or ask a cluster \
+             admin."
+        );
+        // The owner withdraws: a metadata-only change, allowed.
+        assert_eq!(
+            decide(&Policy::default(), &update(&asked, &not_asked, &[])),
+            Verdict::Allow
+        );
+
+        // The owner names exempt identities: they may do anything, the others nothing.
+        let locked = edited(&asked, |v| {
+            let a = &mut v["metadata"]["annotations"];
+            a[EXEMPT_USERS_ANNOTATION] = json!(" alice ,");
+            a[EXEMPT_GROUPS_ANNOTATION] = json!("owners");
+            a[EXEMPT_SERVICE_ACCOUNTS_ANNOTATION] = json!("y/rotator");
+        });
+        let changed = edited(&locked, |v| v["data"] = json!({}));
+        for (user, g, allowed) in [
+            ("alice", vec![], true),
+            ("system:serviceaccount:y:rotator", vec![], true),
+            ("dave", groups(&["owners"]), true),
+            ("dave", vec![], false),
+        ] {
+            for request in [
+                delete(&locked, &g),
+                update(&locked, &changed, &g),
+                update(&locked, &asked, &g),
+            ] {
+                let request = Request {
+                    username: user,
+                    ..request
+                };
+                assert_eq!(
+                    decide(&Policy::default(), &request) == Verdict::Allow,
+                    allowed,
+                    "{user} {g:?} {:?}",
+                    request.operation
+                );
+            }
+        }
+        let text = message(decide(
+            &Policy::default(),
+            &Request {
+                username: "dave",
+                ..update(&locked, &asked, &[])
+            },
+        ));
+        assert!(
+            text.contains(
+                "Refused: removing its protection annotation protect.conflux.dev/exempt-users; \
+                 removing its protection annotation protect.conflux.dev/exempt-groups; removing \
+                 its protection annotation protect.conflux.dev/exempt-service-accounts."
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "ask an identity its owner exempts (alice, system:serviceaccount:y:rotator, group \
+                 owners) to remove the annotation protect.conflux.dev/while-copied"
+            ),
+            "{text}"
+        );
+        // The owner's exemptions never exempt from the platform's rules.
+        let synced = edited(&locked, |v| {
+            v["metadata"]["annotations"][RULES_ANNOTATION] =
+                json!(format!("{copy_line}\nsync;ConfigSync/fan;;;;"))
+        });
+        let text = message(decide(
+            &Policy::default(),
+            &Request {
+                username: "alice",
+                ..delete(&synced, &[])
+            },
+        ));
+        assert!(
+            text.contains("it is copied by ConfigSync/fan. Refused"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -17,12 +17,16 @@
 //! - `matchConditions`: the request is by neither `system:masters` nor
 //!   [`Policy::allow_users`] / [`Policy::allow_groups`] (the lists are literals in the policy,
 //!   which is applied again whenever they change), and the old object is protected.
-//! - One validation, `size(variables.refused) == 0`: DELETE is refused, an UPDATE is refused when
-//!   it changes `data`, `binaryData`, `type` (a Secret's empty type read as `Opaque`) or
-//!   `immutable` (absent read as `false`), sets `stringData`, or removes or changes
-//!   [`PROTECTED_LABEL`], [`ENABLED_LABEL`] or [`DEPENDENTS_ANNOTATION`]. Its `messageExpression`
-//!   builds the decision's message from the same parts: the object, who depends on it (read from
-//!   [`DEPENDENTS_ANNOTATION`]), what was refused and how to unprotect it. The differences, in
+//! - Variables read the rules as [`decide`](crate::protect::decide) does: the lines of
+//!   [`RULES_ANNOTATION`] split on `;` into six fields (padded), the owner's exemption
+//!   annotations split on `,` and trimmed, each rule's operations and exempt users and groups.
+//! - One validation, `size(variables.refused) == 0`: by a rule the requester is not exempt from,
+//!   DELETE is refused, and an UPDATE that changes `data`, `binaryData`, `type` (a Secret's empty
+//!   type read as `Opaque`) or `immutable` (absent read as `false`) or sets `stringData` (when
+//!   the rule covers the operation), or changes conflux's keys or (when the owner named
+//!   exemptions) the owner's. Its `messageExpression` builds the decision's message from the
+//!   same parts: the refusing ProtectPolicies' messages, the object, why it is protected, what
+//!   was refused and every way out. The differences, in
 //!   the message only (the verdict is the same): a dependents annotation longer than 2048
 //!   characters is cut at 2048 characters, where the webhook cuts at 2048 bytes; and the API
 //!   server replaces a message over 5 KiB or with a line break (possible only with a dependents
@@ -48,8 +52,10 @@
 use serde_json::{Value, json};
 
 use crate::protect::{
-    DEPENDENTS_ANNOTATION, ENABLED_LABEL, MASTERS_GROUP, MAX_QUOTED_DEPENDENTS, PROTECTED_LABEL,
-    Policy,
+    CONFLUX_KEYS, DEPENDENTS_ANNOTATION, ENABLED_LABEL, EXEMPT_GROUPS_ANNOTATION,
+    EXEMPT_SERVICE_ACCOUNTS_ANNOTATION, EXEMPT_USERS_ANNOTATION, MASTERS_GROUP,
+    MAX_QUOTED_DEPENDENTS, OWNER_KEYS, PROTECTED_LABEL, Policy, RULES_ANNOTATION,
+    WHILE_COPIED_ANNOTATION,
 };
 
 /// Name of the ValidatingAdmissionPolicy (the same name as the webhook mode's
@@ -77,18 +83,34 @@ fn list(items: &[String]) -> String {
     format!("[{}]", items.join(", "))
 }
 
-/// The CEL of "the protection `key` of `section` (`labels` or `annotations`) was removed or
-/// changed": a one-element list with the refusal, or an empty list.
-fn protection_change(section: &str, what: &str, key: &str) -> String {
-    let (old, new) = match section {
-        "labels" => ("variables.oldLabels", "variables.newLabels"),
-        _ => ("variables.oldAnnotations", "variables.newAnnotations"),
-    };
+/// The CEL of the changes of `keys` (labels or annotations) from the old to the new object:
+/// for each, a one-element list with the refusal (removing, changing or adding it), or an empty
+/// list; concatenated.
+fn key_changes(keys: &[(&str, &str, &str)]) -> String {
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|(section, what, key)| {
+            let (old, new) = match *section {
+                "labels" => ("variables.oldLabels", "variables.newLabels"),
+                _ => ("variables.oldAnnotations", "variables.newAnnotations"),
+            };
+            let k = lit(key);
+            let removed = lit(&format!("removing its protection {what} {key}"));
+            let changed = lit(&format!("changing its protection {what} {key}"));
+            let added = lit(&format!("adding the protection {what} {key}"));
+            format!(
+                "({k} in {old} ? (!({k} in {new}) ? [{removed}] : ({new}[{k}] != {old}[{k}] ? [{changed}] : [])) : ({k} in {new} ? [{added}] : []))"
+            )
+        })
+        .collect();
+    parts.join(" + ")
+}
+
+/// The CEL of a comma-separated owner annotation as a list: entries trimmed, empty ones dropped.
+fn owner_list(key: &str) -> String {
     let k = lit(key);
-    let removed = lit(&format!("removing its protection {what} {key}"));
-    let changed = lit(&format!("changing its protection {what} {key}"));
     format!(
-        "({k} in {old} ? (!({k} in {new}) ? [{removed}] : ({new}[{k}] != {old}[{k}] ? [{changed}] : [])) : [])"
+        "({k} in variables.oldAnnotations ? variables.oldAnnotations[{k}].split(',').map(s, s.trim()).filter(s, s != '') : [])"
     )
 }
 
@@ -102,6 +124,8 @@ pub fn admission_policy(policy: &Policy) -> Value {
     let protected = lit(PROTECTED_LABEL);
     let enabled = lit(ENABLED_LABEL);
     let dependents = lit(DEPENDENTS_ANNOTATION);
+    let rules = lit(RULES_ANNOTATION);
+    let while_copied = lit(WHILE_COPIED_ANNOTATION);
     let max = MAX_QUOTED_DEPENDENTS;
 
     // The API server compiles matchConditions without the policy's variables: the two conditions
@@ -116,10 +140,26 @@ pub fn admission_policy(policy: &Policy) -> Value {
     };
     let (by_conflux, opted_in) = (old_label_true(&protected), old_label_true(&enabled));
 
+    // One rule line's predicates (`f`: its six fields).
+    let covers = "(f[2] == '' || f[2].split(',').exists(o, o == request.operation))";
+    let exempts = "(f[3].split(',').exists(u, u != '' && u == variables.username) || f[4].split(',').exists(g, g != '' && g in variables.groups))";
+    let content_by = format!("(size(variables.content) > 0 && {covers} && !{exempts})");
+    let meta_by = format!("(size(variables.confluxChanges) > 0 && !{exempts})");
+    let undo = |what: &str| {
+        format!(
+            "(variables.ownerLocked ? 'ask an identity its owner exempts (' + variables.ownerExemptList + ') to ' + {what} : {what} + ' first (the owner\\'s protection)')"
+        )
+    };
+
     // `object` is null for DELETE: everything reading it is reached for UPDATE only (CEL's `?:`,
     // `&&` and `||` evaluate lazily, and so are variables).
     let variables = [
         ("isSecret", "request.kind.kind == 'Secret'".to_owned()),
+        (
+            "username",
+            "request.userInfo.?username.orValue('')".to_owned(),
+        ),
+        ("groups", "request.userInfo.?groups.orValue([])".to_owned()),
         (
             "oldLabels",
             "oldObject.metadata.?labels.orValue({})".to_owned(),
@@ -138,6 +178,54 @@ pub fn admission_policy(policy: &Policy) -> Value {
         ),
         ("byConflux", by_conflux.clone()),
         ("optedIn", opted_in.clone()),
+        // The rule lines, each padded to six fields (as `RuleLine::parse` reads them).
+        (
+            "lines",
+            format!(
+                "variables.byConflux && {rules} in variables.oldAnnotations ? variables.oldAnnotations[{rules}].split('\\n').filter(l, l != '').map(l, l.split(';', 6) + ['', '', '', '', '', '']) : []"
+            ),
+        ),
+        // A labelled object without lines: one platform rule without exemptions.
+        (
+            "platform",
+            "variables.byConflux && size(variables.lines) == 0 ? [['', '', '', '', '', '']] : variables.lines.filter(f, f[0] != 'copy')".to_owned(),
+        ),
+        (
+            "copyLines",
+            "variables.lines.filter(f, f[0] == 'copy')".to_owned(),
+        ),
+        (
+            "whileCopied",
+            format!(
+                "{while_copied} in variables.oldAnnotations && variables.oldAnnotations[{while_copied}] == 'true' && size(variables.copyLines) > 0"
+            ),
+        ),
+        (
+            "ownerRules",
+            "variables.optedIn || variables.whileCopied".to_owned(),
+        ),
+        (
+            "ownerUsers",
+            format!(
+                "{} + {}.map(s, 'system:serviceaccount:' + s.replace('/', ':'))",
+                owner_list(EXEMPT_USERS_ANNOTATION),
+                owner_list(EXEMPT_SERVICE_ACCOUNTS_ANNOTATION)
+            ),
+        ),
+        ("ownerGroups", owner_list(EXEMPT_GROUPS_ANNOTATION)),
+        (
+            "ownerExempt",
+            "variables.username in variables.ownerUsers || variables.groups.exists(g, g in variables.ownerGroups)".to_owned(),
+        ),
+        (
+            "ownerLocked",
+            "variables.ownerRules && size(variables.ownerUsers) + size(variables.ownerGroups) > 0 && !variables.ownerExempt".to_owned(),
+        ),
+        (
+            "ownerExemptList",
+            "(variables.ownerUsers + variables.ownerGroups.map(g, 'group ' + g)).join(', ')"
+                .to_owned(),
+        ),
         // A Secret's missing or empty type is what the API server stores: Opaque.
         (
             "oldType",
@@ -158,19 +246,49 @@ pub fn admission_policy(policy: &Policy) -> Value {
             .join(" + "),
         ),
         (
-            "refused",
+            "content",
             format!(
                 "request.operation == 'DELETE' ? ['deleting it'] : {}",
                 [
-                    "(size(variables.changedFields) > 0 ? ['changing its ' + variables.changedFields.join(', ')] : [])".to_owned(),
+                    "(size(variables.changedFields) > 0 ? ['changing its ' + variables.changedFields.join(', ')] : [])",
                     // The API server folds stringData into data before admission; checked anyway,
                     // as the webhook does.
-                    "(variables.isSecret && size(object.?stringData.orValue({})) > 0 ? ['setting its stringData'] : [])".to_owned(),
-                    protection_change("labels", "label", PROTECTED_LABEL),
-                    protection_change("labels", "label", ENABLED_LABEL),
-                    protection_change("annotations", "annotation", DEPENDENTS_ANNOTATION),
+                    "(variables.isSecret && size(object.?stringData.orValue({})) > 0 ? ['setting its stringData'] : [])",
                 ]
                 .join(" + ")
+            ),
+        ),
+        (
+            "confluxChanges",
+            format!(
+                "request.operation == 'DELETE' ? [] : {}",
+                key_changes(&CONFLUX_KEYS)
+            ),
+        ),
+        (
+            "ownerChanges",
+            format!(
+                "request.operation == 'DELETE' ? [] : {}",
+                key_changes(&OWNER_KEYS)
+            ),
+        ),
+        (
+            "binding",
+            format!("variables.platform.filter(f, {content_by} || {meta_by})"),
+        ),
+        (
+            "ownerContent",
+            "variables.ownerRules && size(variables.content) > 0 && !variables.ownerExempt"
+                .to_owned(),
+        ),
+        (
+            "ownerMeta",
+            "variables.ownerLocked && (size(variables.confluxChanges) > 0 || size(variables.ownerChanges) > 0)".to_owned(),
+        ),
+        (
+            "refused",
+            format!(
+                "(variables.platform.exists(f, {content_by}) || variables.ownerContent ? variables.content : []) + (variables.platform.exists(f, {meta_by}) || (variables.ownerLocked && size(variables.confluxChanges) > 0) ? variables.confluxChanges : []) + (variables.ownerLocked ? variables.ownerChanges : [])"
             ),
         ),
         (
@@ -180,22 +298,29 @@ pub fn admission_policy(policy: &Policy) -> Value {
             ),
         ),
         (
+            "messages",
+            "variables.binding.filter(f, f[0] == 'policy' && f[5] != '').map(f, f[5] + ' ')"
+                .to_owned(),
+        ),
+        (
             "why",
             format!(
-                "(variables.byConflux ? [variables.dependents != '' ? 'conflux copies it for ' + (size(variables.dependents) > {max} ? variables.dependents.substring(0, {max}) + '…' : variables.dependents) : 'conflux copies from it'] : []) + (variables.optedIn ? [{}] : [])",
+                "variables.binding.map(f, f[0] == 'sync' ? 'it is copied by ' + f[1] : (f[0] == 'policy' ? f[1] + ' protects it' : (variables.dependents != '' ? 'conflux protects it for ' + (size(variables.dependents) > {max} ? variables.dependents.substring(0, {max}) + '…' : variables.dependents) : 'conflux protects it'))) + (variables.ownerContent || variables.ownerMeta ? (variables.optedIn ? [{}] : []) + (variables.whileCopied ? [{} + variables.copyLines[0][1]] : []) : [])",
                 lit(&format!("it is labelled {ENABLED_LABEL}=true")),
+                lit(&format!(
+                    "its owner asked ({WHILE_COPIED_ANNOTATION}) to protect it while copied by "
+                )),
             ),
         ),
         (
             "how",
             format!(
-                "(variables.byConflux ? [{}] : []) + (variables.optedIn ? [{}] : [])",
+                "variables.binding.map(f, f[0] == 'sync' ? 'ask the platform to stop copying it with ' + f[1] : (f[0] == 'policy' ? 'ask the platform to change ' + f[1] + (f[3] != '' ? ', which exempts the users ' + f[3] : '') + (f[4] != '' ? ', which exempts the groups ' + f[4] : '') : {})) + (variables.ownerContent || variables.ownerMeta ? (variables.optedIn ? [{}] : []) + (variables.whileCopied ? [{}] : []) : [])",
                 lit(&format!(
-                    "remove it from the ConfigSyncs and copyFrom annotations that use it (conflux then removes {PROTECTED_LABEL}), or ask a cluster admin"
+                    "ask the platform to remove what protects it (conflux then removes {PROTECTED_LABEL})"
                 )),
-                lit(&format!(
-                    "a cluster admin (or an identity in --protect-allow-users/--protect-allow-groups) can remove the label {ENABLED_LABEL}"
-                )),
+                undo(&lit(&format!("remove the label {ENABLED_LABEL}"))),
+                undo(&lit(&format!("remove the annotation {WHILE_COPIED_ANNOTATION}"))),
             ),
         ),
     ];
@@ -209,7 +334,7 @@ pub fn admission_policy(policy: &Policy) -> Value {
         excluded => json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                                  "operator": "NotIn", "values": excluded}]}),
     };
-    let message = "request.kind.kind + ' ' + request.namespace + '/' + request.name + ' is protected: ' + variables.why.join('; ') + '. Refused: ' + variables.refused.join('; ') + '. To unprotect it, ' + variables.how.join('; also ') + '.'";
+    let message = "variables.messages.join('') + request.kind.kind + ' ' + request.namespace + '/' + request.name + ' is protected: ' + variables.why.join('; ') + '. Refused: ' + variables.refused.join('; ') + '. To unprotect it, ' + variables.how.join('; ') + '; or ask a cluster admin.'";
     json!({
         "apiVersion": API_VERSION,
         "kind": "ValidatingAdmissionPolicy",
@@ -232,7 +357,7 @@ pub fn admission_policy(policy: &Policy) -> Value {
             "validations": [{
                 "expression": "size(variables.refused) == 0",
                 "messageExpression": message,
-                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; what depends on it is in its annotation {DEPENDENTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
+                "message": format!("this object is protected by conflux (label {PROTECTED_LABEL} or {ENABLED_LABEL}; why is in its annotations {DEPENDENTS_ANNOTATION} and {RULES_ANNOTATION}, the owner's exemptions in {EXEMPT_USERS_ANNOTATION}, {EXEMPT_GROUPS_ANNOTATION} and {EXEMPT_SERVICE_ACCOUNTS_ANNOTATION}): deleting it, changing its content or removing its protection is refused"),
                 "reason": "Forbidden",
             }],
         },
@@ -410,14 +535,31 @@ mod tests {
         for field in ["data", "binaryData", "type", "immutable"] {
             assert!(fields.contains(&format!("['{field}']")), "{field}");
         }
+        let content = variable(&policy, "content");
+        assert!(content.starts_with("request.operation == 'DELETE' ? ['deleting it']"));
+        assert!(content.contains("'setting its stringData'"));
+        for (variable_name, keys) in [
+            ("confluxChanges", &CONFLUX_KEYS[..]),
+            ("ownerChanges", &OWNER_KEYS[..]),
+        ] {
+            let changes = variable(&policy, variable_name);
+            for (_, what, key) in keys {
+                for change in [
+                    format!("removing its protection {what} {key}"),
+                    format!("changing its protection {what} {key}"),
+                    format!("adding the protection {what} {key}"),
+                ] {
+                    assert!(changes.contains(&change), "{variable_name}: {change}");
+                }
+            }
+        }
         let refused = variable(&policy, "refused");
-        assert!(refused.starts_with("request.operation == 'DELETE' ? ['deleting it']"));
-        assert!(refused.contains("'setting its stringData'"));
-        for key in [PROTECTED_LABEL, ENABLED_LABEL, DEPENDENTS_ANNOTATION] {
-            assert!(
-                refused.contains(&format!("\"{key}\" in variables.old")),
-                "{key}"
-            );
+        for part in [
+            "variables.content",
+            "variables.confluxChanges",
+            "variables.ownerChanges",
+        ] {
+            assert!(refused.contains(part), "{part}");
         }
     }
 
@@ -461,9 +603,15 @@ mod tests {
                 .unwrap();
             let (why, rest) = rest.split_once(". Refused: ").unwrap();
             let (refused, how) = rest.split_once(". To unprotect it, ").unwrap();
-            let how = how.strip_suffix('.').unwrap();
+            let how = how.strip_suffix("; or ask a cluster admin.").unwrap();
             let mut fragments: Vec<&str> = why.split("; ").collect();
-            fragments.extend(how.split("; also "));
+            for way in how.split("; ") {
+                // The owner's ways out are joined by the CEL from the label and its condition.
+                match way.strip_suffix(" first (the owner's protection)") {
+                    Some(what) => fragments.push(what),
+                    None => fragments.push(way),
+                }
+            }
             for part in refused.split("; ") {
                 // "changing its data, immutable" is joined by the CEL from its fields.
                 match part.strip_prefix("changing its ") {
@@ -485,7 +633,78 @@ mod tests {
             assert!(text.contains("' is protected: '"));
             assert!(text.contains("'. Refused: '"));
             assert!(text.contains("'. To unprotect it, '"));
-            assert!(text.contains("join('; also ')"));
+            assert!(
+                text.contains("' first (the owner\\\\'s protection)'"),
+                "{text}"
+            );
+            assert!(text.contains("'; or ask a cluster admin.'"));
+        }
+    }
+
+    /// The words of the rules' reasons and ways out, as the decision writes them, are the CEL's
+    /// literals (the end-to-end test compares whole messages on the API server).
+    #[test]
+    fn rule_messages_are_built_from_the_decisions_words() {
+        let text = serde_json::to_string(&admission_policy(&Policy::default())).unwrap();
+        let old = json!({
+            "kind": "Secret",
+            "metadata": {"name": "s", "namespace": "y",
+                         "labels": {PROTECTED_LABEL: "true", ENABLED_LABEL: "true"},
+                         "annotations": {
+                             RULES_ANNOTATION: "sync;ConfigSync/fan;;;;\ncopy;Secret/x/s (copyFrom);;;;\npolicy;ProtectPolicy/p;;u;g;Stop.",
+                             WHILE_COPIED_ANNOTATION: "true",
+                             EXEMPT_USERS_ANNOTATION: "alice",
+                         }},
+        });
+        let Verdict::Deny { message } = decide(
+            &Policy::default(),
+            &Request {
+                operation: Operation::Delete,
+                username: "dave",
+                groups: &[],
+                kind: "Secret",
+                namespace: "y",
+                name: "s",
+                old_object: Some(&old),
+                new_object: None,
+            },
+        ) else {
+            panic!("denied")
+        };
+        assert!(
+            message.starts_with("Stop. Secret y/s is protected: "),
+            "{message}"
+        );
+        for (fragment, literal) in [
+            ("it is copied by ConfigSync/fan", "'it is copied by '"),
+            ("ProtectPolicy/p protects it", "' protects it'"),
+            (
+                "it is labelled protect.conflux.dev/enabled=true",
+                "it is labelled protect.conflux.dev/enabled=true",
+            ),
+            (
+                "to protect it while copied by Secret/x/s (copyFrom)",
+                "to protect it while copied by ",
+            ),
+            (
+                "ask the platform to stop copying it with ConfigSync/fan",
+                "'ask the platform to stop copying it with '",
+            ),
+            (
+                "ask the platform to change ProtectPolicy/p, which exempts the users u, which exempts the groups g",
+                "', which exempts the groups '",
+            ),
+            (
+                "ask an identity its owner exempts (alice) to remove the label protect.conflux.dev/enabled",
+                "'ask an identity its owner exempts ('",
+            ),
+            (
+                "to remove the annotation protect.conflux.dev/while-copied",
+                "remove the annotation protect.conflux.dev/while-copied",
+            ),
+        ] {
+            assert!(message.contains(fragment), "{fragment:?} not in {message}");
+            assert!(text.contains(literal), "{literal:?} not in the policy");
         }
     }
 }

@@ -199,6 +199,17 @@ pub fn configsync_crd_yaml() -> Result<String> {
     to_yaml(&configsync_crd()?)
 }
 
+/// The ProtectPolicy CRD as a JSON value (also part of [`manifests`]).
+pub fn protectpolicy_crd() -> Result<serde_json::Value> {
+    serde_json::to_value(copy_core::ProtectPolicy::crd()).map_err(|e| Error::Render(e.to_string()))
+}
+
+/// The ProtectPolicy CRD as YAML, in go-yaml's style (sorted keys): printed by `conflux crd`
+/// after the ConfigSync CRD.
+pub fn protectpolicy_crd_yaml() -> Result<String> {
+    to_yaml(&protectpolicy_crd()?)
+}
+
 /// Every manifest, as multi-document YAML with sorted keys (deterministic), in dependency order:
 /// Namespace, CRDs, ServiceAccount, ClusterRoles and their bindings, the leader election Role and
 /// its binding, the metrics Service, the Deployment and its PodDisruptionBudget.
@@ -235,6 +246,7 @@ pub fn manifests(args: &Install) -> Result<String> {
     })?];
     // The CRD stays whatever controllers run: dropping it would delete every ConfigSync.
     docs.push(to_doc(&configsync_crd()?)?);
+    docs.push(to_doc(&protectpolicy_crd()?)?);
     docs.push(to_doc(&ServiceAccount {
         metadata: meta(Some(ns), NAME),
         ..ServiceAccount::default()
@@ -405,6 +417,19 @@ fn controller_rules(controller: Controller, protect_mode: ProtectMode) -> Vec<Po
                     &[&copy_core::ConfigSync::plural(&())],
                     &["list", "watch"],
                 ),
+                // ProtectPolicies are watched and their status written; a namespaceSelector
+                // reads Namespace labels.
+                rule(
+                    copy_core::config_sync::GROUP,
+                    &[&copy_core::ProtectPolicy::plural(&())],
+                    &["list", "watch"],
+                ),
+                rule(
+                    copy_core::config_sync::GROUP,
+                    &[&format!("{}/status", copy_core::ProtectPolicy::plural(&()))],
+                    &["patch"],
+                ),
+                rule("", &["namespaces"], &["list", "watch"]),
             ];
             let group = "admissionregistration.k8s.io";
             let webhooks = "validatingwebhookconfigurations";

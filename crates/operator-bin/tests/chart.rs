@@ -429,7 +429,12 @@ fn chart_only_values_land_where_helm_users_expect_them() {
     let kinds: Vec<String> = docs.iter().map(|d| key(d).0).collect();
     assert_eq!(
         kinds,
-        ["CustomResourceDefinition", "Deployment"],
+        // ConfigSync's and ProtectPolicy's.
+        [
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "Deployment"
+        ],
         "{kinds:?}"
     );
 

@@ -26,6 +26,10 @@ const MANAGER: &str = "conflux-protect-policy-test";
 const PROTECTED: &str = "protect.conflux.dev/protected";
 const ENABLED: &str = "protect.conflux.dev/enabled";
 const DEPENDENTS: &str = "protect.conflux.dev/dependents";
+const WHILE_COPIED: &str = "protect.conflux.dev/while-copied";
+const RULES: &str = "protect.conflux.dev/rules";
+const EXEMPT_USERS: &str = "protect.conflux.dev/exempt-users";
+const EXEMPT_GROUPS: &str = "protect.conflux.dev/exempt-groups";
 /// The identities the tests allow with --protect-allow-users / --protect-allow-groups.
 const ALLOWED_USER: &str = "carol";
 const ALLOWED_GROUP: &str = "platform-admins";
@@ -261,6 +265,12 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         &conflux_tests::objects::config_sync_crd(),
     )
     .await;
+    conflux_tests::objects::install_crd(
+        &admin,
+        MANAGER,
+        &conflux_tests::objects::protect_policy_crd(),
+    )
+    .await;
     let src = cluster.namespace(&admin, "vap-src").await;
     let dst = cluster.namespace(&admin, "vap-dst").await;
     apply(
@@ -303,7 +313,8 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         &admin,
         secret(
             "pulled",
-            json!({"copy.conflux.dev/allowed-namespaces": dst}),
+            // Consent, and (the owner's choice) protection while copied.
+            json!({"copy.conflux.dev/allowed-namespaces": dst, WHILE_COPIED: "true"}),
             json!({}),
         ),
     )
@@ -314,6 +325,27 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
     )
     .await;
     apply(&admin, secret("free", json!({}), json!({}))).await;
+    // The owner's protection with an exempt identity (alice): locked for everyone else.
+    apply(
+        &admin,
+        secret(
+            "owned",
+            json!({EXEMPT_USERS: "alice"}),
+            json!({ENABLED: "true"}),
+        ),
+    )
+    .await;
+    // A ProtectPolicy's rule as the labeller writes it (by hand here, without the dependents
+    // annotation, so the labeller leaves it): DELETE only, alice exempt, a message first.
+    apply(
+        &admin,
+        secret(
+            "ruled",
+            json!({RULES: "policy;ProtectPolicy/hand;DELETE;alice;;Hands off; really."}),
+            json!({PROTECTED: "true"}),
+        ),
+    )
+    .await;
     let sync_name = format!("{src}-fan");
     apply(
         &admin,
@@ -330,6 +362,51 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
                      "annotations": {"fluxcd.controlplane.io/copyFrom": format!("{src}/pulled")}}}),
     )
     .await;
+    // A ProtectPolicy (its CRD, watch, Namespace watch and status, with the exported RBAC).
+    let policy_name = format!("{src}-policy");
+    apply(
+        &admin,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "guarded-by-policy", "namespace": dst}}),
+    )
+    .await;
+    apply(
+        &admin,
+        json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ProtectPolicy",
+               "metadata": {"name": policy_name},
+               "spec": {"configs": {"kinds": ["ConfigMap"], "namespaces": [dst],
+                                    "names": ["guarded-by-policy"],
+                                    "namespaceSelector": {"matchLabels": {"protect-test": src}}}}}),
+    )
+    .await;
+    let policies: Api<copy_core::ProtectPolicy> = Api::all(admin.clone());
+    eventually(
+        "the ProtectPolicy Ready",
+        Duration::from_secs(60),
+        || async {
+            let p = policies.get(&policy_name).await.ok()?;
+            let status = p.status?;
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+            (ready.status == "True" && status.observed_generation == p.metadata.generation)
+                .then_some(())
+        },
+    )
+    .await;
+    let dst_cms: Api<ConfigMap> = Api::namespaced(admin.clone(), &dst);
+    eventually(
+        "the policy's ConfigMap labelled",
+        Duration::from_secs(60),
+        || async {
+            let cm = dst_cms.get("guarded-by-policy").await.ok()?;
+            (cm.labels().get(PROTECTED).map(String::as_str) == Some("true")).then_some(())
+        },
+    )
+    .await;
+    policies
+        .delete(&policy_name, &DeleteParams::default())
+        .await
+        .expect("delete ProtectPolicy");
+
     let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), &src);
     for name in ["fanned", "pulled"] {
         eventually(
@@ -490,9 +567,48 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
             Some(json!({"data": {"leak-raw": base64(b"x")},
                         "metadata": {"labels": {ENABLED: "true"}}})),
         ),
+        // Exemptions: the owner's, and a ProtectPolicy's rule.
+        ("delete an owned object", "owned", None),
+        (
+            "change an owned object's data",
+            "owned",
+            Some(json!({"data": {"leak-raw": base64(b"x")}})),
+        ),
+        (
+            "withdraw the owner's label of a locked object",
+            "owned",
+            Some(json!({"metadata": {"labels": {ENABLED: null}}})),
+        ),
+        (
+            "widen the owner's exemptions",
+            "owned",
+            Some(json!({"metadata": {"annotations": {EXEMPT_GROUPS: "tenants"}}})),
+        ),
+        ("delete under a policy rule", "ruled", None),
+        (
+            "change data under a DELETE-only rule",
+            "ruled",
+            Some(json!({"data": {"leak-raw": base64(b"x")}})),
+        ),
+        (
+            "strip a policy rule's label",
+            "ruled",
+            Some(json!({"metadata": {"labels": {PROTECTED: null}}})),
+        ),
+        (
+            "forge a rule",
+            "ruled",
+            Some(json!({"metadata": {"annotations": {RULES: "policy;x;;frank;;"}}})),
+        ),
+        (
+            "ask for protection while copied",
+            "free",
+            Some(json!({"metadata": {"annotations": {WHILE_COPIED: "true"}}})),
+        ),
     ];
-    let identities: [(&str, &[&str]); 4] = [
+    let identities: [(&str, &[&str]); 5] = [
         ("alice", &["tenants"]),
+        ("frank", &["tenants"]),
         (ALLOWED_USER, &["tenants"]),
         ("dave", &["tenants", ALLOWED_GROUP]),
         ("erin", &["system:masters"]),

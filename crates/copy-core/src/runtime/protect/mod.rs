@@ -8,9 +8,10 @@
 //!   (rustls) and registers the ValidatingWebhookConfiguration [`WEBHOOK_CONFIGURATION`] with a
 //!   server-side apply, its CA bundle included. Decisions are [`crate::protect::decide`]'s, read
 //!   from the object's own labels, so any replica answers the same.
-//! - [`run`] (the leader's) computes which objects are sources (of ConfigSyncs, and of
-//!   consenting `copyFrom` copies) and keeps [`PROTECTED_LABEL`] and [`DEPENDENTS_ANNOTATION`] on
-//!   exactly those, with its own field manager.
+//! - [`run`] (the leader's) computes which objects are protected (sources of ConfigSyncs, objects
+//!   ProtectPolicies select, and `copyFrom` sources whose owner asked for it) and keeps
+//!   [`PROTECTED_LABEL`], [`DEPENDENTS_ANNOTATION`] and the rules annotation on exactly those,
+//!   with its own field manager.
 //!
 //! The webhook's `objectSelector` matches only [`PROTECTED_LABEL`] or [`ENABLED_LABEL`], with
 //! `failurePolicy: Fail`: an object that is not protected never reaches the webhook, so conflux
@@ -117,6 +118,13 @@ pub struct WebhookLabels {
     pub verdict: String,
 }
 
+/// Labels of `protect_crd_missing`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `ConfigSync` or `ProtectPolicy`.
+    pub kind: String,
+}
+
 /// Metrics of the protect controller.
 #[derive(Debug)]
 pub struct ProtectMetrics {
@@ -126,6 +134,9 @@ pub struct ProtectMetrics {
     pub duration: Histogram,
     /// `protect_protected_objects`: sources labelled by the labeller.
     pub protected: Gauge,
+    /// `protect_crd_missing`: 1 while the CRD of a kind protection reads (ConfigSync,
+    /// ProtectPolicy) is not installed.
+    pub crd_missing: Family<KindLabels, Gauge>,
 }
 
 impl Default for ProtectMetrics {
@@ -136,6 +147,7 @@ impl Default for ProtectMetrics {
                 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25,
             ]),
             protected: Gauge::default(),
+            crd_missing: Family::default(),
         }
     }
 }
@@ -157,6 +169,11 @@ impl ProtectMetrics {
             "protect_protected_objects",
             "ConfigMaps and Secrets labelled protected by conflux",
             self.protected.clone(),
+        );
+        registry.register(
+            "protect_crd_missing",
+            "1 while the CRD of a kind protection reads (ConfigSync, ProtectPolicy) is not installed",
+            self.crd_missing.clone(),
         );
     }
 }
