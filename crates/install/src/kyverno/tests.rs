@@ -322,3 +322,25 @@ fn bad_yaml_is_an_error_with_a_reason() {
     let err = import_text("a: [").unwrap_err();
     assert_eq!(err.reason(), "InvalidYaml");
 }
+
+/// Every object the import writes is one the conflux API takes: ConfigSyncs and ProtectPolicies
+/// deserialize as their types and pass their validation.
+#[test]
+fn imported_objects_are_valid_conflux_objects() {
+    let import = import_text(ARTICLE).unwrap();
+    for object in &import.objects {
+        let name = object["metadata"]["name"].as_str().unwrap();
+        match object["kind"].as_str().unwrap() {
+            "ConfigSync" => {
+                let sync: copy_core::ConfigSync = serde_json::from_value(object.clone()).unwrap();
+                copy_core::FanOut::from_config_sync(name, &sync.spec).unwrap();
+            }
+            "ProtectPolicy" => {
+                let policy: copy_core::ProtectPolicy =
+                    serde_json::from_value(object.clone()).unwrap();
+                copy_core::protect_crd::validate(name, &policy.spec).unwrap();
+            }
+            _ => {}
+        }
+    }
+}
