@@ -530,7 +530,7 @@ mod tests {
             report.edges[0].why(),
             "ReloadPolicy restart-on-blogsecret, consumed by the pods, keys password"
         );
-        let codes: Vec<&str> = report.findings.iter().map(|f| f.code.as_ref()).collect();
+        let codes: Vec<&str> = report.findings.iter().map(|f| f.code).collect();
         assert_eq!(codes, ["InvalidReloadPolicy"]);
         assert!(report.findings[0].message.contains("UnknownWorkloadKind"));
     }
