@@ -39,6 +39,10 @@ use crate::opt_in::IGNORE;
 use crate::workload::{Workload, WorkloadKind};
 use crate::{Error, Result};
 
+/// API group of `ReloadPolicy`.
+pub const GROUP: &str = "conflux.dev";
+/// API version of `ReloadPolicy`.
+pub const VERSION: &str = "v1alpha1";
 /// Kind of `ReloadPolicy`.
 pub const KIND: &str = "ReloadPolicy";
 /// Informational annotation: what a policy was imported from (for example a Kyverno rule).
