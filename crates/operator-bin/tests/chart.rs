@@ -648,6 +648,22 @@ fn generated_chart_files_are_current() {
              # deletes it (charts/conflux/README.md says why).\n---\n{body}"
         ),
     );
+    let crd = conflux(&["crd", "reloadpolicy"]);
+    assert!(crd.status.success());
+    let crd = String::from_utf8(crd.stdout).expect("UTF-8");
+    let body = crd
+        .split_once("\n---\n")
+        .map(|(_, body)| body)
+        .expect("conflux crd prints a header, then the CRD");
+    check_generated(
+        &chart_dir().join("crds/reloadpolicy.yaml"),
+        &format!(
+            "# Generated from `conflux crd reloadpolicy` by\n\
+             #   CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart\n\
+             # do not edit. Helm installs it before the chart's objects, and never upgrades or\n\
+             # deletes it (charts/conflux/README.md says why).\n---\n{body}"
+        ),
+    );
     let body = postbuild_subst::yaml::emit::json_to_yaml(&rbac_data()).expect("rbac data as YAML");
     check_generated(
         &chart_dir().join("files/rbac.yaml"),
