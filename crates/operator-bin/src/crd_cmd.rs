@@ -21,6 +21,7 @@ pub fn configsync_yaml() -> anyhow::Result<String> {
 
 /// The CRDs `conflux crd` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[non_exhaustive]
 pub enum CrdName {
     /// `configsyncs.conflux.dev`.
     Configsync,

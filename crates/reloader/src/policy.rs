@@ -31,9 +31,9 @@ use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use watch_index::config_selector::{CompiledConfigSelector, ConfigSelector};
+use watch_index::config_selector::{CompiledConfigSelector, ConfigSelector, label_selector};
 use watch_index::refs::ConfigKind;
-use watch_index::selector::{Selector, validate_label_selector};
+use watch_index::selector::Selector;
 
 use crate::opt_in::IGNORE;
 use crate::workload::{Workload, WorkloadKind};
@@ -264,19 +264,11 @@ impl ReloadPolicySpec {
                 })?;
             kinds.insert(kind);
         }
-        let namespace_selector = match &self.workloads.namespace_selector {
-            None => None,
-            Some(ls) => {
-                let path = "spec.workloads.namespaceSelector";
-                let problems = validate_label_selector(ls, path);
-                if !problems.is_empty() {
-                    return Err(Error::InvalidConfigSelector(watch_index::Error::Selector(
-                        problems.join("; "),
-                    )));
-                }
-                Some(Selector::from_label_selector(ls).map_err(Error::InvalidConfigSelector)?)
-            }
-        };
+        let namespace_selector = label_selector(
+            self.workloads.namespace_selector.as_ref(),
+            "spec.workloads.namespaceSelector",
+        )
+        .map_err(Error::InvalidConfigSelector)?;
         let mut references = References::default();
         for (index, value) in self.workloads.references.iter().enumerate() {
             let kind = ReferenceKind::ALL

@@ -91,17 +91,24 @@ pub struct CompiledConfigSelector {
     selector: Option<Selector>,
 }
 
-fn label_selector(ls: Option<&LabelSelector>, path: String) -> Result<Option<Selector>, Error> {
+/// Characters of a selector problem kept in an error: it goes into a condition and an Event
+/// (whose note holds 1 KiB), and quotes what the user wrote.
+const MAX_SELECTOR_MESSAGE: usize = 512;
+
+/// Checks and parses a policy's label selector at `path` (such as `spec.configs.selector`); `None`
+/// when absent. The error is the first of apimachinery's problems (at most 512 characters of it),
+/// as [`Error::Selector`].
+pub fn label_selector(ls: Option<&LabelSelector>, path: &str) -> Result<Option<Selector>, Error> {
     let Some(ls) = ls else {
         return Ok(None);
     };
-    let problems = validate_label_selector(ls, &path);
-    if !problems.is_empty() {
-        return Err(Error::Selector(problems.join("; ")));
+    let short = |m: &str| m.chars().take(MAX_SELECTOR_MESSAGE).collect::<String>();
+    if let Some(first) = validate_label_selector(ls, path).first() {
+        return Err(Error::Selector(short(first)));
     }
     Selector::from_label_selector(ls)
         .map(Some)
-        .map_err(|e| Error::Selector(format!("{path}: {e}")))
+        .map_err(|e| Error::Selector(short(&format!("{path}: {e}"))))
 }
 
 fn globs(patterns: &[String], path: String) -> Result<Vec<String>, Error> {
@@ -125,10 +132,10 @@ impl ConfigSelector {
             namespaces: globs(&self.namespaces, format!("{path}.namespaces"))?,
             namespace_selector: label_selector(
                 self.namespace_selector.as_ref(),
-                format!("{path}.namespaceSelector"),
+                &format!("{path}.namespaceSelector"),
             )?,
             names: globs(&self.names, format!("{path}.names"))?,
-            selector: label_selector(self.selector.as_ref(), format!("{path}.selector"))?,
+            selector: label_selector(self.selector.as_ref(), &format!("{path}.selector"))?,
         })
     }
 
@@ -300,6 +307,19 @@ mod tests {
             "InvalidSelector"
         );
         assert!(serde_json::from_str::<ConfigSelector>(r#"{"kinds":["Pod"]}"#).is_err());
+        // Only the first problem, bounded: it goes into a condition and an Event.
+        let long = format!(
+            r#"{{"selector":{{"matchLabels":{{"a":"{}","b!":"{}"}}}}}}"#,
+            "x/".repeat(5_000),
+            "y/".repeat(5_000)
+        );
+        let err = bad(&long);
+        assert_eq!(err.reason(), "InvalidSelector");
+        assert!(
+            err.to_string().chars().count() <= 512,
+            "{}",
+            err.to_string().len()
+        );
         let invalid: ConfigSelector = serde_json::from_str(r#"{"names":["A"]}"#).unwrap();
         assert!(!invalid.matches(&ConfigMeta {
             kind: ConfigMap,
