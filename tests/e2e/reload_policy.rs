@@ -319,6 +319,7 @@ async fn a_bad_policy_is_not_ready_with_one_warning_event() {
     let bad_kind = format!("bad-kind-{ns}");
     let bad_glob = format!("bad-glob-{ns}");
     let bad_reference = format!("bad-reference-{ns}");
+    let bad_selector = format!("bad-selector-{ns}");
     apply_policy(
         &client,
         &bad_kind,
@@ -337,6 +338,13 @@ async fn a_bad_policy_is_not_ready_with_one_warning_event() {
         json!({"configs": {"namespaces": [ns]}, "workloads": {"references": ["Mount"]}}),
     )
     .await;
+    apply_policy(
+        &client,
+        &bad_selector,
+        json!({"configs": {"namespaces": [ns],
+            "selector": {"matchExpressions": [{"key": "tier", "operator": "Bogus"}]}}}),
+    )
+    .await;
     // A reader in the namespace: a bad policy opts nothing in.
     apply_secret(&client, &ns, "blogsecret", json!({"password": "one"})).await;
     create_deployment(
@@ -350,6 +358,7 @@ async fn a_bad_policy_is_not_ready_with_one_warning_event() {
         (&bad_kind, "UnknownWorkloadKind"),
         (&bad_glob, "InvalidGlob"),
         (&bad_reference, "UnknownReference"),
+        (&bad_selector, "InvalidSelector"),
     ] {
         let (reason, message) = wait_ready(&client, name, "False").await;
         assert_eq!(reason, want, "{name}: {message}");
@@ -390,7 +399,74 @@ async fn a_bad_policy_is_not_ready_with_one_warning_event() {
         "no Event repeated"
     );
     drop(conflux);
-    for name in [bad_kind, bad_glob, bad_reference] {
+    for name in [bad_kind, bad_glob, bad_reference, bad_selector] {
         delete_policy(&client, &name).await;
     }
+}
+
+/// Labels the Namespace `ns` with `labels` (a merge patch; `null` removes a label).
+async fn label_namespace(client: &Client, ns: &str, labels: Value) {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .patch(
+            ns,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("label Namespace {ns}: {e}"));
+}
+
+#[tokio::test]
+async fn a_namespace_selector_follows_the_namespaces_labels_without_rolling() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    let client = cluster.client().await;
+    install_crd(&client).await;
+    let ns = cluster.namespace(&client, "rpol-nssel").await;
+    let policy = format!("tenants-{ns}");
+    apply_policy(
+        &client,
+        &policy,
+        json!({"configs": {"namespaces": [ns]},
+               "workloads": {"namespaceSelector": {"matchLabels": {"tenant": "yes"}}}}),
+    )
+    .await;
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "one"})).await;
+    create_deployment(
+        &client,
+        &ns,
+        &deployment("blog", json!({}), reads_blogsecret()),
+    )
+    .await;
+    let conflux = start(cluster, &ns, WINDOW).await;
+    wait_ready(&client, &policy, "True").await;
+    // Not a tenant yet: not opted in, a change rolls nothing.
+    workloads(&conflux, 0).await;
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "two"})).await;
+    quiet().await;
+    assert_eq!(template_hash(&client, &ns, "blog").await, None);
+
+    // Labelled a tenant: opted in (adopted), not rolled.
+    label_namespace(&client, &ns, json!({"tenant": "yes"})).await;
+    workloads(&conflux, 1).await;
+    wait_baseline(&client, &ns, "blog").await;
+    quiet().await;
+    assert_eq!(template_hash(&client, &ns, "blog").await, None);
+    assert_eq!(replica_sets(&client, &ns, "blog").await, 1);
+
+    // Now a change rolls once.
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "three"})).await;
+    let rolled = wait_rolled(&client, &ns, "blog", None).await;
+    wait_replica_sets(&client, &ns, "blog", 2).await;
+
+    // The label removed: out again, without a rollout; a change rolls nothing.
+    label_namespace(&client, &ns, json!({"tenant": null})).await;
+    workloads(&conflux, 0).await;
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "four"})).await;
+    quiet().await;
+    assert_eq!(template_hash(&client, &ns, "blog").await, Some(rolled));
+    assert_eq!(replica_sets(&client, &ns, "blog").await, 2);
+    assert_eq!(conflux.rollouts(), 1);
+    drop(conflux);
+    delete_policy(&client, &policy).await;
 }
