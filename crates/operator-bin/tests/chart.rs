@@ -427,9 +427,14 @@ fn chart_only_values_land_where_helm_users_expect_them() {
         "metrics.service.enabled=false",
     ]);
     let kinds: Vec<String> = docs.iter().map(|d| key(d).0).collect();
+    // The CRDs (ConfigSync, ReloadPolicy) and the Deployment.
     assert_eq!(
         kinds,
-        ["CustomResourceDefinition", "Deployment"],
+        [
+            "CustomResourceDefinition",
+            "CustomResourceDefinition",
+            "Deployment"
+        ],
         "{kinds:?}"
     );
 
