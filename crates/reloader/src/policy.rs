@@ -45,6 +45,8 @@ pub const GROUP: &str = "conflux.dev";
 pub const VERSION: &str = "v1alpha1";
 /// Kind of `ReloadPolicy`.
 pub const KIND: &str = "ReloadPolicy";
+/// Reason of `Ready=True`: the spec is valid and the policy in force.
+pub const REASON_VALID: &str = "Valid";
 /// Informational annotation: what a policy was imported from (for example a Kyverno rule).
 pub const IMPORT_SOURCE_ANNOTATION: &str = "import.conflux.dev/source";
 
@@ -490,7 +492,7 @@ pub fn ready_condition(
     now: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
 ) -> Condition {
     let (status, reason, message) = match result {
-        Ok(_) => ("True", "Valid", "the policy is in force".to_owned()),
+        Ok(_) => ("True", REASON_VALID, "the policy is in force".to_owned()),
         Err(err) => ("False", err.reason(), err.to_string()),
     };
     Condition {
