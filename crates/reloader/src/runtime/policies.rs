@@ -43,7 +43,11 @@ pub(super) async fn watch(
             Change::InitDone => {
                 if !initialised {
                     initialised = true;
-                    reapply(&ctx, None).await;
+                    // Without a valid policy every grant is the empty one the workloads got.
+                    let any = !ctx.state().policies.is_empty();
+                    if any {
+                        reapply(&ctx, None).await;
+                    }
                     listed.open();
                 }
                 continue;
