@@ -470,3 +470,65 @@ async fn a_namespace_selector_follows_the_namespaces_labels_without_rolling() {
     drop(conflux);
     delete_policy(&client, &policy).await;
 }
+
+/// Labels the Secret (a metadata-only write).
+async fn label_secret(client: &Client, ns: &str, name: &str, labels: Value) {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": labels}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("label Secret {name}: {e}"));
+}
+
+#[tokio::test]
+async fn a_config_selector_follows_the_configs_labels() {
+    let _serial = SERIAL.lock().await;
+    let cluster = cluster();
+    let client = cluster.client().await;
+    install_crd(&client).await;
+    let ns = cluster.namespace(&client, "rpol-cfgsel").await;
+    let policy = format!("labelled-{ns}");
+    apply_policy(
+        &client,
+        &policy,
+        json!({"configs": {"namespaces": [ns], "selector": {"matchLabels": {"rotate": "yes"}}}}),
+    )
+    .await;
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "one"})).await;
+    create_deployment(
+        &client,
+        &ns,
+        &deployment("blog", json!({}), reads_blogsecret()),
+    )
+    .await;
+    let conflux = start(cluster, &ns, WINDOW).await;
+    wait_ready(&client, &policy, "True").await;
+    // A candidate (its labels could select it): adopted, not rolled.
+    wait_baseline(&client, &ns, "blog").await;
+
+    // Unlabelled: a change rolls nothing.
+    let before = conflux.evaluations();
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "two"})).await;
+    conflux
+        .evaluated_since(before, "unselected change evaluated")
+        .await;
+    // Labelled (metadata only): selected now, nothing rolls.
+    let before = conflux.evaluations();
+    label_secret(&client, &ns, "blogsecret", json!({"rotate": "yes"})).await;
+    conflux.evaluated_since(before, "label evaluated").await;
+    quiet().await;
+    assert_eq!(template_hash(&client, &ns, "blog").await, None);
+    assert_eq!(replica_sets(&client, &ns, "blog").await, 1);
+
+    // Selected: a change rolls once.
+    apply_secret(&client, &ns, "blogsecret", json!({"password": "three"})).await;
+    wait_rolled(&client, &ns, "blog", None).await;
+    wait_replica_sets(&client, &ns, "blog", 2).await;
+    quiet().await;
+    assert_eq!(conflux.rollouts(), 1);
+    drop(conflux);
+    delete_policy(&client, &policy).await;
+}
