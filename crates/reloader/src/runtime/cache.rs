@@ -215,7 +215,7 @@ impl NamespaceView {
                 annotations.insert((kind, name.to_owned()), a);
             }
             let labels = stored.labels();
-            if !selector.is_empty() && !selector.matches(&labels.clone().unwrap_or_default()) {
+            if !selector.is_empty() && !selector.matches(&labels.as_ref()) {
                 unselected.insert((kind, name.to_owned()));
             }
             if granted && let Some(labels) = labels {
