@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check};
 use copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
 use copy_core::fan_out::KOPY_SYNC_ANNOTATION;
-use copy_core::glob::glob_match;
+use watch_index::glob::glob_match;
 use copy_core::{FanOut, SourceKind, SourceRef};
 use libfuzzer_sys::fuzz_target;
 

@@ -36,6 +36,7 @@ pub fn plural(kind: &str) -> &'static str {
         "ResourceSet" => "resourcesets",
         "ConfigSync" => "configsyncs",
         "ProtectPolicy" => "protectpolicies",
+        "ReloadPolicy" => "reloadpolicies",
         "Sample" => "samples",
         other => panic!("no plural for {other}"),
     }
@@ -70,23 +71,25 @@ pub async fn apply(client: &Client, manager: &str, object: &Value) {
 
 /// The committed ConfigSync CRD (`deploy/crds/configsync.yaml`).
 pub fn config_sync_crd() -> CustomResourceDefinition {
-    committed_crd("configsyncs.conflux.dev")
+    committed_crd("configsync")
 }
 
-/// The committed ProtectPolicy CRD (`deploy/crds/configsync.yaml`, after the ConfigSync CRD).
+/// The committed ProtectPolicy CRD (`deploy/crds/protectpolicy.yaml`).
 pub fn protect_policy_crd() -> CustomResourceDefinition {
-    committed_crd("protectpolicies.conflux.dev")
+    committed_crd("protectpolicy")
 }
 
-/// The CRD `name` of `deploy/crds/configsync.yaml` (what `conflux crd` prints).
-fn committed_crd(name: &str) -> CustomResourceDefinition {
-    let path = repo_root().join("deploy/crds/configsync.yaml");
-    let text = std::fs::read_to_string(&path).expect("read deploy/crds/configsync.yaml");
-    let crds: Vec<CustomResourceDefinition> =
-        serde_saphyr::from_multiple(&text).expect("deploy/crds/configsync.yaml holds CRDs");
-    crds.into_iter()
-        .find(|c| c.metadata.name.as_deref() == Some(name))
-        .unwrap_or_else(|| panic!("no CRD {name} in deploy/crds/configsync.yaml"))
+/// The committed ReloadPolicy CRD (`deploy/crds/reloadpolicy.yaml`).
+pub fn reload_policy_crd() -> CustomResourceDefinition {
+    committed_crd("reloadpolicy")
+}
+
+/// The CRD of `deploy/crds/<file>.yaml` (what `conflux crd <file>` prints).
+fn committed_crd(file: &str) -> CustomResourceDefinition {
+    let path = repo_root().join(format!("deploy/crds/{file}.yaml"));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 /// Flux's real Kustomization CRD (`kustomize.toolkit.fluxcd.io`), from the kustomize-controller

@@ -26,11 +26,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::copy_from::PullVia;
-use crate::glob::glob_match;
 use crate::patterns::shorten;
 use crate::selection::{NamespaceView, Selection};
 use crate::source::SourceRef;
 use crate::{Error, reflector, replicator};
+use watch_index::glob::glob_match;
 
 // A refusal is an error's detail, defined with the error; callers look for it here.
 pub use crate::error::{Refusal, SourceSays};

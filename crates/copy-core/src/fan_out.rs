@@ -36,10 +36,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use watch_index::selector::Selector;
 
 use crate::config_sync::{ConfigSyncSpec, ConflictPolicy, DeletionPolicy};
-use crate::glob::any_match;
 use crate::ownership::Owner;
 use crate::source::{ConfigObject, SourceRef};
 use crate::{Error, Result, reflector, replicator};
+use watch_index::glob::any_match;
 
 // Defined with the selection they feed; still reachable here, where fan-out's callers look.
 pub use crate::selection::{NamespaceView, Selection};

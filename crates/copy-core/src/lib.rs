@@ -7,7 +7,6 @@ pub mod copy_from;
 pub mod desired;
 mod error;
 pub mod fan_out;
-pub mod glob;
 pub mod ownership;
 pub mod patterns;
 pub mod protect;

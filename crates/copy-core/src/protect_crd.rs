@@ -28,12 +28,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
-use watch_index::selector::Selector;
+use watch_index::config_selector::{CompiledConfigSelector, ConfigMeta};
 
 use crate::Error;
-use crate::glob::glob_match;
 use crate::protect::{RuleLine, service_account_username};
 use crate::source::SourceKind;
 
@@ -46,29 +45,8 @@ pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-no
 /// The longest message kept: refusals stay readable, and the API server shows at most 5 KiB.
 const MAX_MESSAGE: usize = 1024;
 
-/// Which ConfigMaps and Secrets a rule applies to. Every part present must match.
-// MERGE: replace with watch_index::config_selector::ConfigSelector
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
-#[serde(rename_all = "camelCase")]
-pub struct ConfigSelector {
-    /// `ConfigMap` and/or `Secret`; empty or absent for both.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub kinds: Vec<SourceKind>,
-    /// Globs (`*`, `?`) on the config's namespace; empty for every namespace. kube-system,
-    /// kube-public and kube-node-lease match only when listed by exact name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub namespaces: Vec<String>,
-    /// On the labels of the config's Namespace (ANDed with `namespaces`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace_selector: Option<LabelSelector>,
-    /// Globs on the config's name; empty for every name.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub names: Vec<String>,
-    /// On the config's own labels.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<LabelSelector>,
-}
+/// Which ConfigMaps and Secrets a rule applies to (the `configs` block ReloadPolicies share).
+pub use watch_index::config_selector::ConfigSelector;
 
 /// Protect the selected ConfigMaps and Secrets from being changed or deleted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -151,11 +129,12 @@ enum SpecProblem {
     /// An operation other than `UPDATE` or `DELETE`.
     #[error("operations: '{0}' is not UPDATE or DELETE")]
     Operation(String),
-    /// A label selector that does not parse.
-    #[error("{field}: {message}")]
+    /// A label selector that does not parse, or a glob that can match nothing (the message
+    /// names the field).
+    #[error("{message}")]
     Selector {
-        /// `configs.selector` or `configs.namespaceSelector`.
-        field: &'static str,
+        /// The reason: `InvalidSelector` or `InvalidGlob`.
+        reason: &'static str,
         /// The parser's message.
         message: String,
     },
@@ -174,7 +153,7 @@ impl SpecProblem {
     fn reason(&self) -> &'static str {
         match self {
             SpecProblem::Operation(_) => "InvalidOperation",
-            SpecProblem::Selector { .. } => "InvalidSelector",
+            SpecProblem::Selector { reason, .. } => reason,
             SpecProblem::Subject { .. } => "InvalidSubject",
         }
     }
@@ -184,11 +163,7 @@ impl SpecProblem {
 #[derive(Debug, Clone)]
 pub struct ValidPolicy {
     name: String,
-    kinds: Vec<SourceKind>,
-    namespaces: Vec<String>,
-    namespace_selector: Option<Selector>,
-    names: Vec<String>,
-    selector: Option<Selector>,
+    configs: CompiledConfigSelector,
     line: RuleLine,
 }
 
@@ -214,16 +189,13 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
             other => return Err(SpecProblem::Operation(cut(other))),
         }
     }
-    let selector = |field: &'static str, s: &Option<LabelSelector>| {
-        s.as_ref()
-            .map(|s| {
-                Selector::from_label_selector(s).map_err(|e| SpecProblem::Selector {
-                    field,
-                    message: e.to_string(),
-                })
-            })
-            .transpose()
-    };
+    let configs = spec
+        .configs
+        .compile("configs")
+        .map_err(|e| SpecProblem::Selector {
+            reason: e.reason(),
+            message: e.to_string(),
+        })?;
     let subject = |field: &'static str, value: &str| {
         if value.trim().is_empty() || value.contains([',', ';', '\n', '\r']) {
             Err(SpecProblem::Subject {
@@ -270,14 +242,7 @@ fn check(name: &str, spec: &ProtectPolicySpec) -> Result<ValidPolicy, SpecProble
         .to_owned();
     Ok(ValidPolicy {
         name: name.to_owned(),
-        kinds: spec.configs.kinds.clone(),
-        namespaces: spec.configs.namespaces.clone(),
-        namespace_selector: selector(
-            "configs.namespaceSelector",
-            &spec.configs.namespace_selector,
-        )?,
-        names: spec.configs.names.clone(),
-        selector: selector("configs.selector", &spec.configs.selector)?,
+        configs,
         line: RuleLine {
             kind: "policy".to_owned(),
             who: format!("{KIND}/{name}"),
@@ -351,7 +316,7 @@ impl ValidPolicy {
 
     /// Whether the policy reads the labels of Namespaces (`configs.namespaceSelector`).
     pub fn needs_namespace_labels(&self) -> bool {
-        self.namespace_selector.is_some()
+        self.configs.needs_namespace_labels()
     }
 
     /// Whether the policy selects the `kind` `namespace/name` with `labels`, in a Namespace with
@@ -365,22 +330,14 @@ impl ValidPolicy {
         labels: Option<&BTreeMap<String, String>>,
         namespace_labels: Option<&BTreeMap<String, String>>,
     ) -> bool {
-        let namespace_ok = if SYSTEM_NAMESPACES.contains(&namespace) {
-            self.namespaces.iter().any(|n| n == namespace)
-        } else {
-            self.namespaces.is_empty() || self.namespaces.iter().any(|p| glob_match(p, namespace))
-        };
-        (self.kinds.is_empty() || self.kinds.contains(&kind))
-            && namespace_ok
-            && (self.names.is_empty() || self.names.iter().any(|p| glob_match(p, name)))
-            && self
-                .selector
-                .as_ref()
-                .is_none_or(|s| s.matches(&labels.cloned().unwrap_or_default()))
-            && self
-                .namespace_selector
-                .as_ref()
-                .is_none_or(|s| namespace_labels.is_some_and(|l| s.matches(l)))
+        (namespace_labels.is_some() || !self.needs_namespace_labels())
+            && self.configs.matches(&ConfigMeta {
+                kind,
+                namespace,
+                namespace_labels,
+                name,
+                labels,
+            })
     }
 
     /// The policy as a line of [`RULES_ANNOTATION`](crate::protect::RULES_ANNOTATION).

@@ -14,10 +14,10 @@ use copy_core::audit::{AuditOptions, audit};
 use copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check as consent_check};
 use copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
 use copy_core::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY, NamespaceView};
-use copy_core::glob::glob_match;
 use copy_core::{FanOut, SourceKind, SourceRef, reflector, replicator};
 use proptest::prelude::*;
 use serde_json::{Value, json};
+use watch_index::glob::glob_match;
 
 use conflux_tests::props::check;
 

@@ -525,6 +525,7 @@ fn audit(
         };
         let json = json!({
             "config": from, "workload": to, "annotation": e.annotation(), "why": e.why(),
+            "policy": e.policy,
             "keys": keys, "optional": e.optional, "configFound": e.config_found,
         });
         let (cells, good) = (vec![from, to, e.why()], true);

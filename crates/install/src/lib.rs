@@ -199,13 +199,25 @@ pub fn configsync_crd_yaml() -> Result<String> {
     to_yaml(&configsync_crd()?)
 }
 
+/// The ReloadPolicy CRD as a JSON value (also part of [`manifests`]).
+pub fn reloadpolicy_crd() -> Result<serde_json::Value> {
+    serde_json::to_value(reloader::policy::ReloadPolicy::crd())
+        .map_err(|e| Error::Render(e.to_string()))
+}
+
+/// The ReloadPolicy CRD as YAML, in go-yaml's style (sorted keys): what `conflux crd
+/// reloadpolicy` prints.
+pub fn reloadpolicy_crd_yaml() -> Result<String> {
+    to_yaml(&reloadpolicy_crd()?)
+}
+
 /// The ProtectPolicy CRD as a JSON value (also part of [`manifests`]).
 pub fn protectpolicy_crd() -> Result<serde_json::Value> {
     serde_json::to_value(copy_core::ProtectPolicy::crd()).map_err(|e| Error::Render(e.to_string()))
 }
 
-/// The ProtectPolicy CRD as YAML, in go-yaml's style (sorted keys): printed by `conflux crd`
-/// after the ConfigSync CRD.
+/// The ProtectPolicy CRD as YAML, in go-yaml's style (sorted keys): what `conflux crd
+/// protectpolicy` prints.
 pub fn protectpolicy_crd_yaml() -> Result<String> {
     to_yaml(&protectpolicy_crd()?)
 }
@@ -244,9 +256,10 @@ pub fn manifests(args: &Install) -> Result<String> {
         metadata: meta(None, ns),
         ..Namespace::default()
     })?];
-    // The CRD stays whatever controllers run: dropping it would delete every ConfigSync.
+    // The CRDs stay whatever controllers run: dropping one would delete every object of its kind.
     docs.push(to_doc(&configsync_crd()?)?);
     docs.push(to_doc(&protectpolicy_crd()?)?);
+    docs.push(to_doc(&reloadpolicy_crd()?)?);
     docs.push(to_doc(&ServiceAccount {
         metadata: meta(Some(ns), NAME),
         ..ServiceAccount::default()
@@ -387,11 +400,22 @@ fn controller_rules(controller: Controller, protect_mode: ProtectMode) -> Vec<Po
         }
         // One informer per workload kind, and server-side applied template annotations (a
         // pause-period's pause and resume are merge patches); Namespaces (metadata) for
-        // --namespace-selector.
+        // --namespace-selector and ReloadPolicies' namespaceSelectors; ReloadPolicies, and
+        // their status (server-side applied).
         Controller::Reload => vec![
             rule("apps", &["deployments", "statefulsets", "daemonsets"], &lwp),
             rule("batch", &["cronjobs"], &lwp),
             rule("", &["namespaces"], &["list", "watch"]),
+            rule(
+                reloader::policy::GROUP,
+                &["reloadpolicies"],
+                &["list", "watch"],
+            ),
+            rule(
+                reloader::policy::GROUP,
+                &["reloadpolicies/status"],
+                &["patch"],
+            ),
             // Jobs are re-created to roll (read fresh, deleted, created again; baselines are
             // server-side applied).
             rule(

@@ -33,8 +33,12 @@ pub enum Command {
     /// which Flux objects reconcile and which workloads roll on a config change, and what Flux's
     /// substitution would break.
     Plan(crate::plan_cmd::PlanArgs),
-    /// Print the CustomResourceDefinitions conflux serves (ConfigSync) as YAML.
-    Crd,
+    /// Print a CustomResourceDefinition conflux serves as YAML (ConfigSync by default).
+    Crd {
+        /// Which one: `configsync`, `protectpolicy` or `reloadpolicy`.
+        #[arg(value_enum, default_value = "configsync")]
+        name: crate::crd_cmd::CrdName,
+    },
     /// Print every manifest conflux needs (Namespace, CRDs, least-privilege RBAC, Deployment)
     /// as YAML: `conflux install --export | kubectl apply -f -`.
     Install(crate::install_cmd::InstallArgs),
@@ -50,7 +54,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Envsubst { strict } => crate::envsubst_cmd::run(strict),
         Command::Build(args) => crate::build_cmd::run(&args),
         Command::Plan(args) => crate::plan_cmd::run(&args),
-        Command::Crd => crate::crd_cmd::run(),
+        Command::Crd { name } => crate::crd_cmd::run(name),
         Command::Install(args) => crate::install_cmd::run(&args),
         Command::Import(args) => crate::import_cmd::run(&args),
     }

@@ -427,10 +427,11 @@ fn chart_only_values_land_where_helm_users_expect_them() {
         "metrics.service.enabled=false",
     ]);
     let kinds: Vec<String> = docs.iter().map(|d| key(d).0).collect();
+    // The CRDs (ConfigSync, ProtectPolicy, ReloadPolicy) and the Deployment.
     assert_eq!(
         kinds,
-        // ConfigSync's and ProtectPolicy's.
         [
+            "CustomResourceDefinition",
             "CustomResourceDefinition",
             "CustomResourceDefinition",
             "Deployment"
@@ -636,23 +637,25 @@ fn check_generated(path: &Path, want: &str) {
 
 #[test]
 fn generated_chart_files_are_current() {
-    let crd = conflux(&["crd"]);
-    assert!(crd.status.success());
-    let crd = String::from_utf8(crd.stdout).expect("UTF-8");
-    // `conflux crd`'s document, under a header that says how this copy is made.
-    let body = crd
-        .split_once("\n---\n")
-        .map(|(_, body)| body)
-        .expect("conflux crd prints a header, then the CRD");
-    check_generated(
-        &chart_dir().join("crds/configsync.yaml"),
-        &format!(
-            "# Generated from `conflux crd` by\n\
-             #   CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart\n\
-             # do not edit. Helm installs it before the chart's objects, and never upgrades or\n\
-             # deletes it (charts/conflux/README.md says why).\n---\n{body}"
-        ),
-    );
+    for arg in ["configsync", "protectpolicy", "reloadpolicy"] {
+        let crd = conflux(&["crd", arg]);
+        assert!(crd.status.success());
+        let crd = String::from_utf8(crd.stdout).expect("UTF-8");
+        // `conflux crd`'s document, under a header that says how this copy is made.
+        let body = crd
+            .split_once("\n---\n")
+            .map(|(_, body)| body)
+            .expect("conflux crd prints a header, then the CRD");
+        check_generated(
+            &chart_dir().join(format!("crds/{arg}.yaml")),
+            &format!(
+                "# Generated from `conflux crd {arg}` by\n\
+                 #   CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart\n\
+                 # do not edit. Helm installs it before the chart's objects, and never upgrades or\n\
+                 # deletes it (charts/conflux/README.md says why).\n---\n{body}"
+            ),
+        );
+    }
     let body = postbuild_subst::yaml::emit::json_to_yaml(&rbac_data()).expect("rbac data as YAML");
     check_generated(
         &chart_dir().join("files/rbac.yaml"),

@@ -521,3 +521,74 @@ fn a_review_against_a_base_revision_reports_only_what_changed() {
     assert_eq!(out.status.code(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A ReloadPolicy in a cluster dump: its edges carry its name, a neighbour that does not read the
+/// Secret has none, and a bad policy is a finding.
+#[test]
+fn reload_policy_edges_carry_the_policy_name() {
+    let dump = r#"
+apiVersion: conflux.dev/v1alpha1
+kind: ReloadPolicy
+metadata:
+  name: restart-on-blogsecret
+spec:
+  configs: {kinds: [Secret], names: [blogsecret]}
+  workloads: {kinds: [Deployment], references: [Env]}
+---
+apiVersion: conflux.dev/v1alpha1
+kind: ReloadPolicy
+metadata: {name: broken}
+spec:
+  workloads: {references: [Mount]}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: blogsecret, namespace: blog}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: blog, namespace: blog}
+spec:
+  selector: {matchLabels: {app: blog}}
+  template:
+    metadata: {labels: {app: blog}}
+    spec:
+      containers:
+      - name: blog
+        image: ghost
+        env:
+        - name: PASSWORD
+          valueFrom: {secretKeyRef: {name: blogsecret, key: password}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: neighbour, namespace: blog}
+spec:
+  selector: {matchLabels: {app: neighbour}}
+  template:
+    metadata: {labels: {app: neighbour}}
+    spec:
+      containers: [{name: n, image: nginx}]
+"#;
+    let out = conflux(&["-", "-o", "json"], dump);
+    let report = json(&out);
+    let edges = report["reloadEdges"].as_array().expect("reloadEdges");
+    assert_eq!(edges.len(), 1, "{edges:?}");
+    assert_eq!(edges[0]["config"], "Secret/blog/blogsecret");
+    assert_eq!(edges[0]["workload"], "Deployment/blog/blog");
+    assert_eq!(edges[0]["annotation"], "ReloadPolicy");
+    assert_eq!(edges[0]["policy"], "restart-on-blogsecret");
+    let codes: Vec<&str> = report["findings"]
+        .as_array()
+        .expect("findings")
+        .iter()
+        .filter_map(|f| f["code"].as_str())
+        .collect();
+    assert!(codes.contains(&"InvalidReloadPolicy"), "{codes:?}");
+    let text_out = conflux(&["-"], dump);
+    assert!(
+        text(&text_out.stdout).contains("ReloadPolicy restart-on-blogsecret"),
+        "{}",
+        text(&text_out.stdout)
+    );
+}

@@ -303,6 +303,37 @@ async fn install_rbac_lets_every_controller_work_and_denies_the_rest() {
             .expect("read")
             .is_some()
     );
+    // The reload controller follows ReloadPolicies and writes their status (reloadpolicies and
+    // reloadpolicies/status).
+    let policies_ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("conflux.dev", "v1alpha1", "ReloadPolicy"),
+        "reloadpolicies",
+    );
+    let policies: Api<DynamicObject> = Api::all_with(admin.clone(), &policies_ar);
+    let policy_name = format!("rbac-{}", std::process::id());
+    let policy = json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ReloadPolicy",
+        "metadata": {"name": policy_name},
+        "spec": {"configs": {"namespaces": ["rbac-selects-nothing"]}}});
+    policies
+        .patch(
+            &policy_name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&policy),
+        )
+        .await
+        .expect("apply a ReloadPolicy");
+    eventually(
+        "ReloadPolicy status: Ready=True",
+        Duration::from_secs(60),
+        || {
+            let (policies, name) = (policies.clone(), policy_name.clone());
+            async move {
+                let p = policies.get(&name).await.ok()?;
+                (p.data["status"]["conditions"][0]["status"] == "True").then_some(())
+            }
+        },
+    )
+    .await;
     let log = conflux.log_text();
     assert!(
         !log.contains("forbidden"),

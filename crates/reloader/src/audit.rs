@@ -38,6 +38,7 @@ use crate::opt_in::{
     AUTO, CONFIGMAP_AUTO, CONFIGMAP_RELOAD, MATCH, NamespaceConfigs, OptIn, Options, Reason,
     SEARCH, SECRET_AUTO, SECRET_RELOAD, WAVE_UPDATE_ON_CONFIG_CHANGE, watched_configs,
 };
+use crate::policy::{KIND, Policies, ReloadPolicySpec};
 use crate::workload::{Rollout, Workload, WorkloadKind};
 
 /// One config → workload edge: a change of `config` rolls `workload`.
@@ -56,6 +57,8 @@ pub struct ReloadEdge {
     pub optional: bool,
     /// The config is among the audited objects.
     pub config_found: bool,
+    /// The ReloadPolicy behind it, when [`reason`](Self::reason) is [`Reason::Policy`].
+    pub policy: Option<String>,
 }
 
 impl ReloadEdge {
@@ -71,6 +74,7 @@ impl ReloadEdge {
             Reason::TypedAuto => SECRET_AUTO,
             Reason::AutoReloadAll => "--auto-reload-all",
             Reason::Wave => WAVE_UPDATE_ON_CONFIG_CHANGE,
+            Reason::Policy => crate::policy::KIND,
         }
     }
 
@@ -86,6 +90,10 @@ impl ReloadEdge {
         match self.reason {
             Reason::Named => format!("named in {}{keys}", self.annotation()),
             Reason::SearchMatch => format!("{SEARCH} + {MATCH} on the config{keys}"),
+            Reason::Policy => format!(
+                "ReloadPolicy {}, consumed by the pods{keys}",
+                self.policy.as_deref().unwrap_or_default()
+            ),
             _ => format!("{}, consumed by the pods{keys}", self.annotation()),
         }
     }
@@ -107,6 +115,8 @@ pub struct ReloadAudit {
 struct InputConfigs {
     /// Per kind (ConfigMap, Secret), name → annotations.
     annotations: [BTreeMap<String, Option<BTreeMap<String, String>>>; 2],
+    /// Per kind (ConfigMap, Secret), name → labels (for ReloadPolicies' `configs.selector`).
+    labels: [BTreeMap<String, Option<BTreeMap<String, String>>>; 2],
 }
 
 fn kind_index(kind: ConfigKind) -> usize {
@@ -131,20 +141,72 @@ impl NamespaceConfigs for InputConfigs {
             })
             .collect()
     }
+
+    fn labels(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.labels[kind_index(kind)].get(name)?.as_ref()
+    }
+}
+
+/// The ReloadPolicies among `objects` (`conflux.dev/v1alpha1`), compiled; an invalid one is an
+/// `InvalidReloadPolicy` finding (warning) and is left out, as the controller leaves it out.
+fn input_policies(objects: &[Value], findings: &mut Vec<Finding>) -> Policies {
+    let mut policies = Policies::default();
+    for object in objects {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+        if text("/apiVersion") != Some("conflux.dev/v1alpha1") || text("/kind") != Some(KIND) {
+            continue;
+        }
+        let name = text("/metadata/name").unwrap_or_default();
+        let spec = object.get("spec").cloned().unwrap_or(Value::Null);
+        let compiled = serde_json::from_value::<ReloadPolicySpec>(spec)
+            .map_err(|e| format!("not a valid ReloadPolicy spec: {e}"))
+            .and_then(|spec| {
+                spec.compile(name)
+                    .map_err(|e| format!("{e} ({})", e.reason()))
+            });
+        match compiled {
+            Ok(policy) => {
+                policies.insert(policy);
+            }
+            Err(message) => findings.push(Finding::new(
+                Severity::Warning,
+                "InvalidReloadPolicy",
+                name_of(object),
+                message,
+            )),
+        }
+    }
+    policies
 }
 
 /// Audits the workloads (Deployment, StatefulSet, DaemonSet, CronJob, Job, Rollout) among `objects` against the
 /// ConfigMaps and Secrets among them (later objects with the same key win, see
-/// [`watch_index::audit::configs`]), with the controller's `options`.
+/// [`watch_index::audit::configs`]), with the controller's `options` and the ReloadPolicies among
+/// them (Namespaces among them give the labels their `namespaceSelector`s read).
 pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
     let configs = configs(objects);
     let mut by_namespace: BTreeMap<&str, InputConfigs> = BTreeMap::new();
     for (key, object) in &configs {
-        by_namespace.entry(&key.namespace).or_default().annotations[kind_index(key.kind)]
+        let input = by_namespace.entry(&key.namespace).or_default();
+        input.annotations[kind_index(key.kind)]
             .insert(key.name.to_string(), metadata_map(object, "annotations"));
+        input.labels[kind_index(key.kind)]
+            .insert(key.name.to_string(), metadata_map(object, "labels"));
     }
+    let namespace_labels: BTreeMap<&str, BTreeMap<String, String>> = objects
+        .iter()
+        .filter(|o| {
+            o.get("apiVersion").and_then(Value::as_str) == Some("v1")
+                && o.get("kind").and_then(Value::as_str) == Some("Namespace")
+        })
+        .filter_map(|o| {
+            let name = o.pointer("/metadata/name")?.as_str()?;
+            Some((name, metadata_map(o, "labels").unwrap_or_default()))
+        })
+        .collect();
     let empty = InputConfigs::default();
     let mut report = ReloadAudit::default();
+    let policies = input_policies(objects, &mut report.findings);
     for object in objects {
         let parsed = match parse_workload(object) {
             None => continue,
@@ -167,7 +229,11 @@ pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
             // A CronJob's (or another controller's) Job: never re-created.
             continue;
         }
-        let opt_in = OptIn::of(workload);
+        let grant = policies.grant(
+            workload,
+            namespace_labels.get(workload_ref.namespace.as_ref()),
+        );
+        let opt_in = OptIn::of(workload).with_grant(grant);
         for problem in opt_in.problems() {
             report.findings.push(Finding::new(
                 Severity::Warning,
@@ -188,11 +254,21 @@ pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
                 .iter()
                 .any(|c| c.kind == watched.kind && c.name == watched.name);
             let annotations = namespace_configs.annotations(watched.kind, &watched.name);
-            let Some(reason) =
-                opt_in.watches(watched.kind, &watched.name, annotations, consumed, options)
-            else {
+            let labels = namespace_configs.labels(watched.kind, &watched.name);
+            let Some(reason) = opt_in.watches_labelled(
+                watched.kind,
+                &watched.name,
+                annotations,
+                labels,
+                consumed,
+                options,
+            ) else {
                 continue;
             };
+            let policy = (reason == Reason::Policy)
+                .then(|| opt_in.policy_for(watched.kind, &watched.name, labels))
+                .flatten()
+                .map(str::to_owned);
             let config = ConfigKey::new(
                 watched.kind,
                 workload_ref.namespace.clone(),
@@ -217,6 +293,7 @@ pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
                 keys: watched.keys,
                 optional: watched.optional,
                 config_found,
+                policy,
             });
         }
     }
@@ -414,5 +491,47 @@ mod tests {
         assert!(report.edges.iter().all(|e| !e.config_found));
         // The missing ones are still edges; so is the literal `a[` of the broken pattern.
         assert_eq!(report.edges.len(), 3);
+    }
+
+    #[test]
+    fn reload_policies_make_edges_with_their_name() {
+        let reader = |name: &str, annotations: Value| {
+            deployment(
+                name,
+                annotations,
+                json!([{"name": "c", "env": [{"name": "P", "valueFrom":
+                    {"secretKeyRef": {"name": "blogsecret", "key": "password"}}}]}]),
+            )
+        };
+        let objects = [
+            json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ReloadPolicy",
+                   "metadata": {"name": "restart-on-blogsecret"},
+                   "spec": {"configs": {"kinds": ["Secret"], "names": ["blogsecret"]},
+                            "workloads": {"kinds": ["Deployment"], "references": ["Env"]}}}),
+            json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ReloadPolicy",
+                   "metadata": {"name": "broken"},
+                   "spec": {"workloads": {"kinds": ["Pod"]}}}),
+            reader("web", json!({})),
+            reader("ignored", json!({"reloader.stakater.com/ignore": "true"})),
+            deployment("neighbour", json!({}), json!([{"name": "c"}])),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "blogsecret", "namespace": "ns"}}),
+        ];
+        let report = audit(&objects, Options::default());
+        assert_eq!(
+            rows(&report),
+            [row("Secret/ns/blogsecret", "web", "ReloadPolicy")]
+        );
+        assert_eq!(
+            report.edges[0].policy.as_deref(),
+            Some("restart-on-blogsecret")
+        );
+        assert_eq!(
+            report.edges[0].why(),
+            "ReloadPolicy restart-on-blogsecret, consumed by the pods, keys password"
+        );
+        let codes: Vec<&str> = report.findings.iter().map(|f| f.code).collect();
+        assert_eq!(codes, ["InvalidReloadPolicy"]);
+        assert!(report.findings[0].message.contains("UnknownWorkloadKind"));
     }
 }

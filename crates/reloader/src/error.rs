@@ -29,6 +29,33 @@ pub enum Error {
         /// The values accepted there.
         accepted: &'static str,
     },
+    /// A ReloadPolicy's `configs` block (or its `workloads.namespaceSelector`) is invalid: a glob
+    /// that can match no name, or an invalid label selector. The reason is watch-index's
+    /// (`InvalidGlob`, `InvalidSelector`).
+    #[error("{0}")]
+    InvalidConfigSelector(watch_index::Error),
+    /// A ReloadPolicy names a workload kind conflux does not roll.
+    #[error(
+        "spec.workloads.kinds[{index}]: unknown workload kind {value:?}, expected one of {expected}"
+    )]
+    UnknownWorkloadKind {
+        /// Its position in the list.
+        index: usize,
+        /// The value (at most 64 characters of it).
+        value: String,
+        /// The kinds accepted.
+        expected: &'static str,
+    },
+    /// A ReloadPolicy names a reference kind other than `Env`, `EnvFrom` and `Volume`.
+    #[error(
+        "spec.workloads.references[{index}]: unknown reference {value:?}, expected Env, EnvFrom or Volume"
+    )]
+    UnknownReference {
+        /// Its position in the list.
+        index: usize,
+        /// The value (at most 64 characters of it).
+        value: String,
+    },
     /// A workload annotation conflux reads for its rollouts (`conflux.dev/reload-debounce`,
     /// Reloader's `pause-period` and `rollout-strategy`) has a value it cannot use; it is ignored.
     #[error("annotation {annotation} is {value:?}, expected {expected}; it is ignored")]
@@ -120,6 +147,9 @@ impl Error {
             Error::InvalidRecord { .. } => "InvalidJobRecord",
             Error::NoPodTemplate { .. } => "NoPodTemplate",
             Error::InvalidProviderStatus { .. } => "InvalidProviderStatus",
+            Error::InvalidConfigSelector(err) => err.reason(),
+            Error::UnknownWorkloadKind { .. } => "UnknownWorkloadKind",
+            Error::UnknownReference { .. } => "UnknownReference",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
             #[cfg(feature = "runtime")]
@@ -139,6 +169,9 @@ impl Error {
             Error::InvalidRecord { .. } => "invalid_job_record",
             Error::NoPodTemplate { .. } => "no_pod_template",
             Error::InvalidProviderStatus { .. } => "invalid_provider_status",
+            Error::InvalidConfigSelector(_) => "invalid_policy",
+            Error::UnknownWorkloadKind { .. } => "invalid_policy",
+            Error::UnknownReference { .. } => "invalid_policy",
             #[cfg(feature = "runtime")]
             Error::Kube(_) => "api_error",
             #[cfg(feature = "runtime")]

@@ -105,6 +105,25 @@ impl ConsumerIndex {
         self.apply_with_providers(object, workload.consumers(), providers, OptIn::of(workload))
     }
 
+    /// [`apply`](Self::apply) with what ReloadPolicies grant the workload
+    /// ([`Policies::grant`](crate::policy::Policies::grant)).
+    pub fn apply_granted(&mut self, workload: Workload<'_>, grant: crate::policy::Grant) -> bool {
+        let Some(object) = workload.object_ref() else {
+            return false;
+        };
+        if workload.is_controlled_job() {
+            self.delete(&object);
+            return false;
+        }
+        let providers = if self.options.csi_integration {
+            workload.provider_classes()
+        } else {
+            Vec::new()
+        };
+        let opt_in = OptIn::of(workload).with_grant(grant);
+        self.apply_with_providers(object, workload.consumers(), providers, opt_in)
+    }
+
     /// [`apply`](Self::apply) from parts, for callers that already extracted them.
     pub fn apply_parts(
         &mut self,

@@ -16,6 +16,7 @@
 //! - [`patch`]: the rollout decision and its server-side-apply patch.
 //! - [`memory`]: what the controller remembers of each workload (its baseline), kept out of the
 //!   workloads.
+//! - [`policy`]: `ReloadPolicy`, cluster-wide opt-in without annotations.
 //! - [`index`]: config → workloads, on watch-index's reverse index.
 //! - `runtime` (feature `runtime`): the controller itself, to embed: shared watches in, rollouts
 //!   out, on conflux-runtime's work queue (a leading edge, a coalescing window, a cluster-wide
@@ -33,6 +34,7 @@ pub mod job;
 pub mod memory;
 pub mod opt_in;
 pub mod patch;
+pub mod policy;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod settings;

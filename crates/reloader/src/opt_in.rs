@@ -35,6 +35,11 @@
 //! consumed config. `ignore` on the config applies to wave too (a conflux choice: one switch on a
 //! config that says "never roll anything for me").
 //!
+//! `ReloadPolicy` ([`crate::policy`]): after all of the above, a policy that selects the workload
+//! and a config its pods read rolls it, unless the workload's own annotations decided for that
+//! kind (`auto` or the typed `auto` set to any value), its `exclude` list names the config, or it
+//! says `reloader.stakater.com/ignore: "true"` itself ([`OptIn::with_grant`]).
+//!
 //! [`watch`] turns these rules into what a workload watches now, and what it *could* watch if only a
 //! config's own annotations changed (its candidates): those are hashed too, so a config whose data
 //! changes in the same update that removes its `ignore` (or adds `match`) rolls, as in Reloader.
@@ -47,6 +52,7 @@ use watch_index::refs::ConfigKind;
 
 use crate::Error;
 use crate::consumers::{Consumption, Keys};
+use crate::policy::Grant;
 
 /// Workload annotation: roll on every consumed ConfigMap/Secret.
 pub const AUTO: &str = "reloader.stakater.com/auto";
@@ -73,7 +79,8 @@ pub const SECRETS_EXCLUDE: &str = "secrets.exclude.reloader.stakater.com/reload"
 pub const SEARCH: &str = "reloader.stakater.com/search";
 /// Config annotation: found by workloads with [`SEARCH`].
 pub const MATCH: &str = "reloader.stakater.com/match";
-/// Config annotation: never roll anything because of this config.
+/// Config annotation: never roll anything because of this config. On a workload (its metadata or
+/// its pod template): no ReloadPolicy applies to it.
 pub const IGNORE: &str = "reloader.stakater.com/ignore";
 /// wave's workload annotation: roll on every consumed config.
 pub const WAVE_UPDATE_ON_CONFIG_CHANGE: &str = "wave.pusher.com/update-on-config-change";
@@ -178,6 +185,8 @@ pub enum Reason {
     AutoReloadAll,
     /// wave's annotation.
     Wave,
+    /// A `ReloadPolicy` ([`crate::policy`]); which one is [`OptIn::policy_for`].
+    Policy,
 }
 
 /// One entry of a `reload` list.
@@ -376,8 +385,11 @@ pub struct OptIn {
     template: Annotations,
     wave: bool,
     problems: Vec<Error>,
-    /// SHA-256 over the values of [`WORKLOAD_KEYS`] on both maps: what this opt-in was parsed from.
+    /// SHA-256 over the values of [`WORKLOAD_KEYS`] on both maps: what this opt-in was parsed from
+    /// (and, when not empty, the policies' grant).
     fingerprint: [u8; 32],
+    /// What ReloadPolicies opt the workload in for.
+    grant: Grant,
 }
 
 impl OptIn {
@@ -428,7 +440,41 @@ impl OptIn {
             wave,
             problems,
             fingerprint: h.finalize().into(),
+            grant: Grant::default(),
         }
+    }
+
+    /// This opt-in with what ReloadPolicies grant the workload ([`Policies::grant`]). The grant
+    /// is part of the opt-in fingerprint (when not empty: the digests of workloads no policy
+    /// selects stay as they were), so a policy that starts or stops applying moves the baseline
+    /// without a rollout, as an annotation added or removed does.
+    ///
+    /// [`Policies::grant`]: crate::policy::Policies::grant
+    pub fn with_grant(mut self, grant: Grant) -> Self {
+        let mut h = Sha256::new();
+        h.update(self.fingerprint);
+        grant.fingerprint_into(&mut h);
+        if !grant.is_empty() {
+            self.fingerprint = h.finalize().into();
+        }
+        self.grant = grant;
+        self
+    }
+
+    /// What ReloadPolicies opt the workload in for.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
+    /// The ReloadPolicy that makes the workload watch the config `kind`/`name` (labelled
+    /// `labels`), when that is why ([`Reason::Policy`]).
+    pub fn policy_for(
+        &self,
+        kind: ConfigKind,
+        name: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> Option<&str> {
+        self.grant.policy_for(kind, name, Some(labels))
     }
 
     /// [`parse`](Self::parse) of a workload's own and template annotations.
@@ -483,24 +529,64 @@ impl OptIn {
             .filter(|kind| !options.ignores(*kind))
             .map(kind_index)
             .chain(options.csi_integration.then_some(PROVIDER));
+        let policy = |k: usize| match k {
+            0 => self.grant.covers_kind(ConfigKind::ConfigMap),
+            1 => self.grant.covers_kind(ConfigKind::Secret),
+            _ => false,
+        };
         self.wave
             || kinds.into_iter().any(|k| {
                 let a = self.select_index(k);
                 !self.patterns(k).is_empty()
                     || Annotations::says(&a.search, "true")
                     || a.auto_on(k)
-                    || (options.auto_reload_all && a.auto_unset(k))
+                    || ((options.auto_reload_all || policy(k)) && a.auto_unset(k))
             })
     }
 
     /// Whether a change of the config `kind`/`name` (with its own annotations `config_annotations`)
     /// rolls this workload, and why. `consumed` says whether the pod template consumes it (see
-    /// [`pod_template_consumers`](crate::consumers::pod_template_consumers)).
+    /// [`pod_template_consumers`](crate::consumers::pod_template_consumers)). A ReloadPolicy that
+    /// selects configs by their labels is taken to select this one (its labels are not given
+    /// here); [`watches_labelled`](Self::watches_labelled) decides exactly.
     pub fn watches(
         &self,
         kind: ConfigKind,
         name: &str,
         config_annotations: Option<&BTreeMap<String, String>>,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        self.watches_inner(kind, name, config_annotations, None, consumed, options)
+    }
+
+    /// [`watches`](Self::watches) for a config whose own labels are `config_labels` (what a
+    /// ReloadPolicy's `configs.selector` reads).
+    pub fn watches_labelled(
+        &self,
+        kind: ConfigKind,
+        name: &str,
+        config_annotations: Option<&BTreeMap<String, String>>,
+        config_labels: Option<&BTreeMap<String, String>>,
+        consumed: bool,
+        options: Options,
+    ) -> Option<Reason> {
+        self.watches_inner(
+            kind,
+            name,
+            config_annotations,
+            Some(config_labels),
+            consumed,
+            options,
+        )
+    }
+
+    fn watches_inner(
+        &self,
+        kind: ConfigKind,
+        name: &str,
+        config_annotations: Option<&BTreeMap<String, String>>,
+        config_labels: Option<Option<&BTreeMap<String, String>>>,
         consumed: bool,
         options: Options,
     ) -> Option<Reason> {
@@ -512,7 +598,14 @@ impl OptIn {
         if config_says(IGNORE) || options.ignores(kind) {
             return None;
         }
-        self.would_watch(kind, name, config_says(MATCH), consumed, options)
+        self.would_watch(
+            kind,
+            name,
+            config_says(MATCH),
+            config_labels,
+            consumed,
+            options,
+        )
     }
 
     /// [`watches`](Self::watches) for a SecretProviderClass (its own annotations
@@ -549,21 +642,34 @@ impl OptIn {
         self.reloader_reason(PROVIDER, name, matched, consumed, options)
     }
 
-    /// [`watches`](Self::watches) for a config without `ignore` and with `match` as given: the
-    /// workload side of the decision alone.
+    /// [`watches`](Self::watches) for a config without `ignore`, with `match` as given and with
+    /// the labels `labels` (`None`: any labels a policy wants): the workload side of the decision
+    /// alone.
     fn would_watch(
         &self,
         kind: ConfigKind,
         name: &str,
         matched: bool,
+        labels: Option<Option<&BTreeMap<String, String>>>,
         consumed: bool,
         options: Options,
     ) -> Option<Reason> {
         if options.ignores(kind) {
             return None;
         }
-        let reloader = self.reloader_reason(kind_index(kind), name, matched, consumed, options);
-        reloader.or((self.wave && consumed).then_some(Reason::Wave))
+        let k = kind_index(kind);
+        let reloader = self.reloader_reason(k, name, matched, consumed, options);
+        reloader
+            .or((self.wave && consumed).then_some(Reason::Wave))
+            .or_else(|| {
+                // After every annotation: the workload's own say wins (module docs).
+                let a = self.select_index(k);
+                let policy = consumed
+                    && a.auto_unset(k)
+                    && !a.exclude[k].iter().any(|e| e == name)
+                    && self.grant.policy_for(kind, name, labels).is_some();
+                policy.then_some(Reason::Policy)
+            })
     }
 
     /// Reloader's rules for a source of kind index `k` (steps 3 to 7 of the module docs).
@@ -610,6 +716,12 @@ pub trait NamespaceConfigs {
     /// labels are known to refuse them). Everything passes by default.
     fn selected(&self, _kind: ConfigKind, _name: &str) -> bool {
         true
+    }
+
+    /// A config's own labels (what a ReloadPolicy's `configs.selector` reads); `None` when it
+    /// does not exist, has none, or the cache does not follow them.
+    fn labels(&self, _kind: ConfigKind, _name: &str) -> Option<&BTreeMap<String, String>> {
+        None
     }
 
     /// A SecretProviderClass's annotations; `None` when it does not exist, has none, or the
@@ -730,12 +842,13 @@ pub fn watch_with_providers(
 ) -> Watch {
     let reason = |kind: ConfigKind, name: &str, consumed: bool| -> Option<Option<Reason>> {
         // Not even a candidate when no config-side annotation could make it watched.
-        opt_in.would_watch(kind, name, true, consumed, options)?;
+        opt_in.would_watch(kind, name, true, None, consumed, options)?;
         let now = opt_in
-            .watches(
+            .watches_labelled(
                 kind,
                 name,
                 configs.annotations(kind, name),
+                configs.labels(kind, name),
                 consumed,
                 options,
             )

@@ -430,3 +430,114 @@ fn provider_statuses_and_job_replacements_hostile() {
         },
     );
 }
+
+/// Words a ReloadPolicy spec list may hold: the valid ones, near misses and hostile text.
+fn policy_word() -> impl Strategy<Value = serde_json::Value> {
+    prop_oneof![
+        prop::sample::select(
+            &[
+                "Deployment",
+                "StatefulSet",
+                "Pod",
+                "Env",
+                "EnvFrom",
+                "Volume",
+                "Mount",
+                "Secret",
+                "ConfigMap",
+                "*",
+                "team-*",
+                "ns",
+                "c?g",
+                "",
+                "Bad/Name",
+                "kube-system",
+            ][..],
+        )
+        .prop_map(serde_json::Value::from),
+        any_text(12).prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+    ]
+}
+
+/// A label selector, valid or not (keys, operators and values from hostile text).
+fn label_selector() -> impl Strategy<Value = serde_json::Value> {
+    let operator = prop::sample::select(&["In", "NotIn", "Exists", "DoesNotExist", "Gt", "x"][..]);
+    let expression = (
+        any_text(8),
+        operator,
+        prop::collection::vec(any_text(6), 0..3),
+    )
+        .prop_map(
+            |(key, operator, values)| json!({"key": key, "operator": operator, "values": values}),
+        );
+    prop_oneof![
+        Just(serde_json::Value::Null),
+        (annotation_map(), prop::collection::vec(expression, 0..3)).prop_map(
+            |(labels, expressions)| json!({"matchLabels": labels, "matchExpressions": expressions})
+        ),
+    ]
+}
+
+fn reload_policy() -> impl Strategy<Value = serde_json::Value> {
+    let list = || prop::collection::vec(policy_word(), 0..3);
+    (
+        (list(), list(), list()),
+        (list(), list()),
+        (label_selector(), label_selector(), label_selector()),
+        config_name(),
+    )
+        .prop_map(
+            |(
+                (kinds, namespaces, names),
+                (workload_kinds, references),
+                (ns, own, workload_ns),
+                name,
+            )| {
+                json!({"apiVersion": "conflux.dev/v1alpha1", "kind": "ReloadPolicy",
+                    "metadata": {"name": name},
+                    "spec": {
+                        "configs": {"kinds": kinds, "namespaces": namespaces, "names": names,
+                                    "namespaceSelector": ns, "selector": own},
+                        "workloads": {"kinds": workload_kinds, "references": references,
+                                      "namespaceSelector": workload_ns}}})
+            },
+        )
+}
+
+#[test]
+fn reload_policies_hostile() {
+    check(
+        "reload_policies_hostile",
+        10_000,
+        0x5e10_ade5_0005,
+        (
+            prop::collection::vec(reload_policy(), 0..3),
+            workload_objects(),
+        ),
+        |(policies, mut objects)| {
+            for policy in &policies {
+                // The spec alone: compiled or refused with a stable reason, never a panic.
+                if let Ok(spec) = serde_json::from_value::<reloader::policy::ReloadPolicySpec>(
+                    policy["spec"].clone(),
+                ) && let Err(err) = spec.compile("p")
+                {
+                    prop_assert!(!err.reason().is_empty());
+                    prop_assert!(err.to_string().len() < 1_000, "quoted short: {err}");
+                }
+            }
+            objects.extend(policies);
+            let report = reloader::audit::audit(&objects, Options::default());
+            for edge in &report.edges {
+                let _ = edge.why();
+                if edge.reason == reloader::opt_in::Reason::Policy {
+                    prop_assert!(edge.policy.is_some(), "{edge:?}");
+                }
+            }
+            for finding in &report.findings {
+                prop_assert!(!finding.message.contains("djE="), "data in {:?}", finding);
+            }
+            Ok(())
+        },
+    );
+}

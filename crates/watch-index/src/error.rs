@@ -15,6 +15,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A name glob (`*`, `?`) of a policy's `configs` block can match no object name.
+    #[error("{field}: invalid glob {pattern:?}: {reason}")]
+    InvalidGlob {
+        /// Where it is, such as `spec.configs.names[1]`.
+        field: String,
+        /// The pattern (at most 64 characters of it).
+        pattern: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A Kubernetes API call failed or timed out (runtime feature). The message names the
     /// action, never data.
     #[cfg(feature = "runtime")]
@@ -28,6 +38,7 @@ impl Error {
         match self {
             Error::Selector(_) => "InvalidSelector",
             Error::FieldPath { .. } => "InvalidFieldPath",
+            Error::InvalidGlob { .. } => "InvalidGlob",
             #[cfg(feature = "runtime")]
             Error::Kube(err) => err.reason(),
         }

@@ -3,7 +3,9 @@
 #![doc = include_str!("../README.md")]
 
 pub mod audit;
+pub mod config_selector;
 mod error;
+pub mod glob;
 pub mod index;
 pub mod redact;
 pub mod refs;

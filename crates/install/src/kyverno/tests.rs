@@ -323,8 +323,8 @@ fn bad_yaml_is_an_error_with_a_reason() {
     assert_eq!(err.reason(), "InvalidYaml");
 }
 
-/// Every object the import writes is one the conflux API takes: ConfigSyncs and ProtectPolicies
-/// deserialize as their types and pass their validation.
+/// Every object the import writes is one the conflux API takes: ConfigSyncs, ProtectPolicies and
+/// ReloadPolicies deserialize as their types and pass their validation.
 #[test]
 fn imported_objects_are_valid_conflux_objects() {
     let import = import_text(ARTICLE).unwrap();
@@ -340,7 +340,12 @@ fn imported_objects_are_valid_conflux_objects() {
                     serde_json::from_value(object.clone()).unwrap();
                 copy_core::protect_crd::validate(name, &policy.spec).unwrap();
             }
-            _ => {}
+            "ReloadPolicy" => {
+                let policy: reloader::policy::ReloadPolicy =
+                    serde_json::from_value(object.clone()).unwrap();
+                policy.spec.compile(name).unwrap();
+            }
+            other => panic!("{other}"),
         }
     }
 }

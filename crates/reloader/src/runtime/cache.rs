@@ -17,6 +17,7 @@ use super::providers::ProviderStore;
 use crate::index::{ConsumerIndex, IndexedWorkload};
 use crate::memory::{Entry, shard_of};
 use crate::opt_in::{NamespaceConfigs, Options};
+use crate::policy::Policies;
 use crate::settings::WorkloadSettings;
 use crate::{Rollout, Workload, WorkloadKind};
 
@@ -134,6 +135,8 @@ pub(super) struct State {
     pub(super) recreations: HashMap<ObjectRef, Recreation>,
     /// What pods mounted from SecretProviderClasses, and the classes' annotations.
     pub(super) providers: ProviderStore,
+    /// The valid ReloadPolicies.
+    pub(super) policies: Policies,
 }
 
 impl State {
@@ -146,6 +149,7 @@ impl State {
             resources: HashMap::new(),
             recreations: HashMap::new(),
             providers: ProviderStore::default(),
+            policies: Policies::default(),
         }
     }
 }
@@ -158,6 +162,8 @@ pub(super) struct NamespaceView {
     names: Vec<(ConfigKind, String)>,
     /// Configs that exist and fail `--resource-label-selector`.
     unselected: BTreeSet<(ConfigKind, String)>,
+    /// The labels of the configs, for workloads ReloadPolicies opt in (their `configs.selector`).
+    labels: HashMap<(ConfigKind, String), BTreeMap<String, String>>,
     /// SecretProviderClasses' annotations (CSI integration).
     provider_annotations: HashMap<String, BTreeMap<String, String>>,
     /// Every SecretProviderClass of the namespace, when a `reload` list holds a regex.
@@ -199,6 +205,8 @@ impl NamespaceView {
         wanted.extend(names.iter().map(|(k, n)| (*k, n.as_str())));
         let mut annotations = HashMap::new();
         let mut unselected = BTreeSet::new();
+        let mut config_labels = HashMap::new();
+        let granted = !entry.opt_in.grant().is_empty();
         for (kind, name) in wanted {
             let Some(stored) = configs.stored(kind, namespace, name) else {
                 continue;
@@ -206,8 +214,12 @@ impl NamespaceView {
             if let Some(a) = stored.annotations() {
                 annotations.insert((kind, name.to_owned()), a);
             }
-            if !selector.is_empty() && !selector.matches(&stored.labels().unwrap_or_default()) {
+            let labels = stored.labels();
+            if !selector.is_empty() && !selector.matches(&labels.as_ref()) {
                 unselected.insert((kind, name.to_owned()));
+            }
+            if granted && let Some(labels) = labels {
+                config_labels.insert((kind, name.to_owned()), labels);
             }
         }
         let mut provider_names = Vec::new();
@@ -237,6 +249,7 @@ impl NamespaceView {
             annotations,
             names,
             unselected,
+            labels: config_labels,
             provider_annotations,
             provider_names,
         }
@@ -254,6 +267,10 @@ impl NamespaceConfigs for NamespaceView {
 
     fn selected(&self, kind: ConfigKind, name: &str) -> bool {
         !self.unselected.contains(&(kind, name.to_owned()))
+    }
+
+    fn labels(&self, kind: ConfigKind, name: &str) -> Option<&BTreeMap<String, String>> {
+        self.labels.get(&(kind, name.to_owned()))
     }
 
     fn provider_annotations(&self, name: &str) -> Option<&BTreeMap<String, String>> {

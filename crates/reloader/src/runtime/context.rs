@@ -17,7 +17,10 @@ use super::cache::{Owned, State};
 use super::config::ReloadConfig;
 use super::metrics::{DecisionLabels, ReloadMetrics};
 use super::work::{Causes, Work};
+use crate::policy::Grant;
 use crate::source::SourceKind;
+use crate::{Workload, WorkloadKind};
+use kube::api::DynamicObject;
 
 /// Shared state of the controller.
 pub struct Context {
@@ -34,6 +37,8 @@ pub struct Context {
     pub(super) namespaces: Mutex<Option<Informer<PartialObjectMeta<Namespace>>>>,
     /// The queue, once [`run`](super::run) made it.
     pub(super) queue: Mutex<Option<WorkQueue<Work, Causes>>>,
+    /// The workload watches, to apply a changed ReloadPolicy to every workload.
+    pub(super) workload_informers: Mutex<Vec<(WorkloadKind, Informer<DynamicObject>)>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -54,6 +59,7 @@ impl Context {
             rollouts: Limit::per_second_f64(config.rate, config.burst),
             namespaces: Mutex::new(None),
             queue: Mutex::new(None),
+            workload_informers: Mutex::new(Vec::new()),
             client,
             config,
             metrics,
@@ -93,6 +99,27 @@ impl Context {
             })
             .and_then(|ns| ns.metadata.labels.clone());
         filter.allows(namespace, labels.as_ref())
+    }
+
+    /// What the ReloadPolicies in `state` grant `workload` (its Namespace's labels from the
+    /// shared Namespace watch, which runs whenever ReloadPolicies are followed).
+    pub(super) fn grant_of(&self, state: &State, workload: Workload<'_>) -> Grant {
+        if state.policies.is_empty() {
+            return Grant::default();
+        }
+        let labels = if state.policies.needs_namespace_labels() {
+            let namespace = workload.metadata().namespace.as_deref().unwrap_or_default();
+            lock(&self.namespaces)
+                .clone()
+                .and_then(|i| {
+                    i.store()
+                        .get(&kube::runtime::reflector::ObjectRef::new(namespace))
+                })
+                .and_then(|ns| ns.metadata.labels.clone())
+        } else {
+            None
+        };
+        state.policies.grant(workload, labels.as_ref())
     }
 
     pub(super) fn count(&self, action: &str) {

@@ -21,6 +21,8 @@ pub(super) struct Served {
     pub(super) workloads: HashMap<WorkloadKind, ApiResource>,
     /// `SecretProviderClassPodStatus` and `SecretProviderClass` (CSI integration).
     pub(super) providers: Option<(ApiResource, ApiResource)>,
+    /// Whether `conflux.dev/v1alpha1` ReloadPolicies are served and may be listed and watched.
+    pub(super) policies: bool,
 }
 
 /// The kinds this API server serves, with the version to use (CronJob is `batch/v1` from
@@ -28,7 +30,7 @@ pub(super) struct Served {
 /// `--is-argo-rollouts`, the secrets-store kinds only with `--enable-csi-integration`; a kind
 /// asked for and not served is logged and not watched (its CRD is not installed).
 pub(super) async fn discover(client: &Client, config: &ReloadConfig) -> Result<Served> {
-    let mut groups = vec!["apps", "batch"];
+    let mut groups = vec!["apps", "batch", crate::policy::GROUP];
     if config.argo_rollouts {
         groups.push(crate::workload::ARGO_ROLLOUTS_GROUP);
     }
@@ -119,6 +121,30 @@ pub(super) async fn discover(client: &Client, config: &ReloadConfig) -> Result<S
                  (are its CRDs installed?); not watching them until a restart"
             ),
         }
+    }
+    // ReloadPolicies, when their CRD is installed (an older installation, or an embedder that
+    // does not install it, keeps its annotations and nothing else).
+    let policy = discovery
+        .get(crate::policy::GROUP)
+        .and_then(|g| {
+            g.versioned_resources(crate::policy::VERSION)
+                .into_iter()
+                .find(|(ar, _)| ar.kind == crate::policy::KIND)
+        })
+        .map(|(ar, _)| ar);
+    match policy {
+        Some(ar) if !may_list_and_watch(client, &ar, None).await => warn!(
+            "reload: RBAC does not allow listing and watching reloadpolicies; not following \
+             ReloadPolicies (grant it, see `conflux install --export`)"
+        ),
+        Some(_) => {
+            info!("reload: following ReloadPolicies");
+            found.policies = true;
+        }
+        None => info!(
+            "reload: this cluster serves no conflux.dev/v1alpha1 ReloadPolicy (its CRD is not \
+             installed); not following them until a restart"
+        ),
     }
     // Every cluster serves apps/v1 Deployments: without them, discovery answered too early.
     if !found.workloads.contains_key(&WorkloadKind::Deployment) {

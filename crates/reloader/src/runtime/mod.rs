@@ -27,6 +27,8 @@
 //!   a cluster-wide rate limit ([`ReloadConfig::rate`]). A Job rolls by being re-created
 //!   (`recreate`); an Argo Rollout with `rollout-strategy: restart` by one merge patch of
 //!   `spec.restartAt`.
+//! - ReloadPolicies (when their CRD is served): each valid one is applied to every workload
+//!   (`policies`), as one more opt-in rule of the same decision path ([`crate::policy`]).
 //! - SecretProviderClasses (CSI integration): what a class "contains" is what its most recently
 //!   written `SecretProviderClassPodStatus` in the namespace says (`providers`).
 //! - Every rollout gets a `Reloaded` Event on the workload; failures get `ReloadFailed` (also for
@@ -48,6 +50,7 @@ mod evaluate;
 mod memory;
 mod metrics;
 mod plan;
+mod policies;
 mod providers;
 mod reads;
 mod recreate;
@@ -145,7 +148,8 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
     queue.report(&health);
     *lock(&ctx.queue) = Some(queue.clone());
 
-    if ctx.config.namespaces.needs_labels() {
+    // ReloadPolicies' namespaceSelectors read Namespace labels too.
+    if ctx.config.namespaces.needs_labels() || served.policies {
         let informer = runtime.namespaces(&health);
         *lock(&ctx.namespaces) = Some(informer.clone());
         let sub = informer.subscribe("reload namespaces");
@@ -209,11 +213,25 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
             &health,
             cache::trim,
         );
+        lock(&ctx.workload_informers).push((kind, informer.clone()));
         runtime.spawn(watches::workloads(
             ctx.clone(),
             kind,
             informer.subscribe("reload"),
             gate.part(&format!("watch {kind}")),
+        ));
+    }
+    if served.policies {
+        let informer: Informer<crate::policy::ReloadPolicy> = runtime.informer(
+            Api::all(ctx.client.clone()),
+            watcher::Config::default(),
+            crate::policy::KIND,
+            &health,
+        );
+        runtime.spawn(policies::watch(
+            ctx.clone(),
+            informer.subscribe("reload"),
+            gate.part("watch ReloadPolicy"),
         ));
     }
     runtime.spawn(memory::load(ctx.clone(), gate.part("memory")));

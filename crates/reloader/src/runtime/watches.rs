@@ -77,15 +77,20 @@ pub(super) async fn on_workload(
         {
             return Some(object);
         }
+        let grant = ctx.grant_of(&state, owned.workload());
         let unchanged = state
             .workloads
             .get(&object)
-            .is_some_and(|old| old.same_for_decision(&owned));
+            .is_some_and(|old| old.same_for_decision(&owned))
+            && state
+                .index
+                .get(&object)
+                .is_some_and(|e| *e.opt_in.grant() == grant);
         if unchanged {
             state.workloads.insert(object.clone(), owned);
             return Some(object);
         }
-        let indexed = state.index.apply(owned.workload());
+        let indexed = state.index.apply_granted(owned.workload(), grant);
         let problems = if indexed {
             let settings = owned.settings();
             let mut problems: Vec<(&'static str, String)> = state
@@ -179,6 +184,14 @@ pub(super) async fn namespaces(
             Change::InitDone => listed.open(),
             Change::Applied(ns) => {
                 let name = ns.name_any();
+                let relabelled = previous
+                    .as_ref()
+                    .is_none_or(|p| p.metadata.labels != ns.metadata.labels);
+                if relabelled && ctx.state().policies.needs_namespace_labels() {
+                    // What ReloadPolicies grant its workloads may have changed (baselines move,
+                    // nothing rolls).
+                    super::policies::reapply(&ctx, Some(&name)).await;
+                }
                 let was = previous.is_some_and(|p| {
                     ctx.config
                         .namespaces

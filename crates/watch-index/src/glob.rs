@@ -1,6 +1,8 @@
-//! Namespace globs: `*` matches any run of characters (including none), `?` exactly one, everything
-//! else itself. Used by `copy.conflux.dev/allowed-namespaces` and a ConfigSync's `namespaces` /
-//! `excludeNamespaces`. Namespace names are ASCII, so matching works on bytes and never allocates.
+//! Name globs: `*` matches any run of characters (including none), `?` exactly one, everything
+//! else itself. Used by `copy.conflux.dev/allowed-namespaces`, a ConfigSync's `namespaces` /
+//! `excludeNamespaces` and the `configs` block of conflux's policies
+//! ([`ConfigSelector`](crate::config_selector::ConfigSelector)). Object names are ASCII, so
+//! matching works on bytes and never allocates.
 
 /// True when `name` matches `pattern` as a whole.
 pub fn glob_match(pattern: &str, name: &str) -> bool {
@@ -42,6 +44,23 @@ pub fn is_literal(pattern: &str) -> bool {
     !pattern.contains(['*', '?'])
 }
 
+/// Why `pattern` can never match an object name, if it cannot: it is empty, or holds a character
+/// other than `*`, `?` and those of a DNS subdomain (`a`-`z`, `0`-`9`, `-`, `.`). Namespace and
+/// ConfigMap/Secret names are DNS subdomains at most, so such a pattern is a mistake, not a rule.
+pub fn check(pattern: &str) -> Result<(), &'static str> {
+    if pattern.is_empty() {
+        return Err("an empty pattern matches no name");
+    }
+    if pattern.len() > 253 {
+        return Err("longer than any object name (253 characters)");
+    }
+    let allowed = |c: u8| matches!(c, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'*' | b'?');
+    if !pattern.bytes().all(allowed) {
+        return Err("only a-z, 0-9, '-', '.' and the wildcards '*' and '?' can match a name");
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,6 +100,17 @@ mod tests {
         assert!(!is_literal("team-?"));
         assert!(any_match(["x", "team-*"], "team-a"));
         assert!(!any_match([], "team-a"));
+    }
+
+    #[test]
+    fn checked_patterns() {
+        assert!(check("team-*").is_ok());
+        assert!(check("registry-?.x").is_ok());
+        assert!(check("").is_err());
+        assert!(check("Team-*").is_err());
+        assert!(check("a/b").is_err());
+        assert!(check("[ab]").is_err());
+        assert!(check(&"a".repeat(254)).is_err());
     }
 
     /// The obvious recursive definition, to check the iterative one against.
