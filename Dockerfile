@@ -28,7 +28,7 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     target="$(uname -m)-unknown-linux-musl" \
- && cargo build --release --locked -p operator-bin --bin conflux --target "$target" \
+ && cargo build --release --locked -p conflux-operator --bin conflux --target "$target" \
  && cp "target/$target/release/conflux" /conflux \
  && /conflux --version
 

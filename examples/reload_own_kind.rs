@@ -8,8 +8,8 @@
 use conflux_examples::reload_own_kind::{
     Configs, Evaluation, Outcome, TaskRunner, demo_configs, demo_runner, evaluate,
 };
-use reloader::opt_in::Options;
-use watch_index::refs::ConfigKind;
+use conflux_reloader::opt_in::Options;
+use conflux_watch_index::refs::ConfigKind;
 
 /// Evaluates, prints what happened, and applies any patch the way the API server would.
 fn step(what: &str, runner: &mut TaskRunner, configs: &Configs) -> anyhow::Result<Evaluation> {

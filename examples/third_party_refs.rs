@@ -7,15 +7,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use conflux_watch_index::index::ReverseIndex;
+use conflux_watch_index::refs::{ConfigKey, ConfigKind, Reference, ReferenceSet};
+use conflux_watch_index::trigger::{
+    DEFAULT_WATCH_CONFIGS_SELECTOR, Event, Mode, Observed, Trigger,
+};
 use serde_json::{Value, json};
-use watch_index::index::ReverseIndex;
-use watch_index::refs::{ConfigKey, ConfigKind, Reference, ReferenceSet};
-use watch_index::trigger::{DEFAULT_WATCH_CONFIGS_SELECTOR, Event, Mode, Observed, Trigger};
 
 const GROUP: &str = "apps.example.com";
 
 /// The reference set: Flux's defaults plus the Widget's own fields.
-fn reference_set() -> Result<ReferenceSet, watch_index::Error> {
+fn reference_set() -> Result<ReferenceSet, conflux_watch_index::Error> {
     let mut set = ReferenceSet::flux();
     // Paths are parsed once, here; a typo is a start-up error, not a silent miss.
     set.register_path(
@@ -66,7 +68,7 @@ fn who(index: &RwLock<ReverseIndex>, kind: ConfigKind, ns: &str, name: &str) -> 
     found
 }
 
-fn main() -> Result<(), watch_index::Error> {
+fn main() -> Result<(), conflux_watch_index::Error> {
     let set = reference_set()?;
     let index = Arc::new(RwLock::new(ReverseIndex::new()));
 

@@ -1,7 +1,7 @@
 //! A third-party controller for its own CRD, `Widget` (`example.conflux.dev/v1`), that
 //! reconciles a Widget whenever the Secret named by its `spec.secretRef.name` changes, with
 //! Flux's watch-configs behaviour (`reconcile.fluxcd.io/watch=Enabled`, first list = baseline,
-//! re-lists diffed) from `watch_index::runtime`. The controller is
+//! re-lists diffed) from `conflux_watch_index::runtime`. The controller is
 //! `conflux_examples::widget::WidgetController`; the wiring is marked in its source.
 //!
 //! Run against the cluster of `KUBECONFIG`:

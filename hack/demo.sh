@@ -14,7 +14,7 @@ log=target/demo-conflux.log
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 bash hack/cluster.sh build --flux
-cargo build -p operator-bin --bin conflux
+cargo build -p conflux-operator --bin conflux
 bash hack/cluster.sh down "$dir" >/dev/null 2>&1 || true
 bash hack/cluster.sh up "$dir" --flux >/dev/null
 eval "$(bash hack/cluster.sh env "$dir")"

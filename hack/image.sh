@@ -98,8 +98,8 @@ cmd_build() {
   command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH" "install Rust (rustup)"
   command -v ldd >/dev/null 2>&1 || die "ldd is not on PATH" "apt-get install libc-bin"
   crane=$(crane_path)
-  log "building the release binary (cargo build --release -p operator-bin --bin conflux)"
-  (cd "$repo_root" && cargo build --release --locked -p operator-bin --bin conflux) ||
+  log "building the release binary (cargo build --release -p conflux-operator --bin conflux)"
+  (cd "$repo_root" && cargo build --release --locked -p conflux-operator --bin conflux) ||
     die "cargo build --release failed" "read the compiler output above"
   local bin="$repo_root/target/release/conflux"
   local work="$out/work"

@@ -3,7 +3,7 @@
 # builds (or reuses the cached) control plane, Flux, kustomize, helm and crane, and the conflux
 # image (hack/image.sh build: the release binary), then `cargo test --workspace`. Each test
 # binary that needs Kubernetes starts its own cluster through hack/cluster.sh and stops it when done.
-# Extra arguments go to `cargo test` (for example `hack/test.sh -p watch-index`).
+# Extra arguments go to `cargo test` (for example `hack/test.sh -p conflux-watch-index`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

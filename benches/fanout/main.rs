@@ -46,8 +46,8 @@ use conflux_benches::fanout::{
     BENCH_MANAGER, Operator, apply_config_map, create_config_sync, install_crd,
 };
 use conflux_benches::{env_usize, percentile, run_by_cargo_bench, wait_for};
-use copy_core::ConfigSync;
-use copy_core::ownership::CONFIG_SYNC_LABEL;
+use conflux_copy_core::ConfigSync;
+use conflux_copy_core::ownership::CONFIG_SYNC_LABEL;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use k8s_openapi::serde::de::DeserializeOwned;

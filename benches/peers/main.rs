@@ -21,7 +21,7 @@
 //!
 //! ```text
 //! benches/peers/build.sh                 # the peers (what builds here), cached
-//! cargo build --release -p operator-bin
+//! cargo build --release -p conflux-operator
 //! cargo bench -p conflux-benches --bench peers
 //! ```
 //!

@@ -113,7 +113,7 @@ impl Peers {
                 ))
             } else {
                 Err(format!(
-                    "{} missing: run `cargo build --release -p operator-bin`",
+                    "{} missing: run `cargo build --release -p conflux-operator`",
                     conflux_bin.display()
                 ))
             },

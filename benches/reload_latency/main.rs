@@ -19,11 +19,11 @@ use conflux_benches::reload::{
     AUTO, HASH, Reloader, apply_config_map, container, create_deployment, deployment, wait_baseline,
 };
 use conflux_benches::{env_usize, percentile, run_by_cargo_bench};
+use conflux_reloader::runtime::ReloadConfig;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
-use reloader::runtime::ReloadConfig;
 use serde_json::json;
 
 /// How long one change may take before the benchmark gives up (not a limit on the results).

@@ -22,7 +22,7 @@
 //! `RELOAD_STARTUP_ARGS` adds flags to conflux's (space-separated).
 //!
 //! ```text
-//! cargo build --release -p operator-bin
+//! cargo build --release -p conflux-operator
 //! cargo bench -p conflux-benches --bench reload_startup
 //! ```
 
@@ -288,7 +288,7 @@ async fn main() -> anyhow::Result<()> {
         .unwrap_or_else(|_| conflux_tests::repo_root().join("target/release/conflux"));
     anyhow::ensure!(
         bin.exists(),
-        "{} missing: cargo build --release -p operator-bin",
+        "{} missing: cargo build --release -p conflux-operator",
         bin.display()
     );
     let cluster = conflux_tests::cluster();

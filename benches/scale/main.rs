@@ -11,7 +11,7 @@
 //! copy and change → rollout latency (p50, p99).
 //!
 //! ```text
-//! cargo build --release -p operator-bin
+//! cargo build --release -p conflux-operator
 //! cargo bench -p conflux-benches --bench scale
 //! ```
 //!
@@ -153,7 +153,7 @@ async fn main() {
     });
     assert!(
         std::path::Path::new(&binary).exists(),
-        "{binary} missing: run `cargo build --release -p operator-bin` first"
+        "{binary} missing: run `cargo build --release -p conflux-operator` first"
     );
 
     let kubeconfig: PathBuf = match std::env::var("SCALE_KUBECONFIG") {

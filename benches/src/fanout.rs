@@ -6,17 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use conflux_copy_core::ConfigSync;
+use conflux_copy_core::runtime::CopyMetrics;
+use conflux_copy_core::runtime::copy::{self, CopyConfig};
+use conflux_copy_core::runtime::sync::{self, SyncConfig};
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
-use copy_core::ConfigSync;
-use copy_core::runtime::CopyMetrics;
-use copy_core::runtime::copy::{self, CopyConfig};
-use copy_core::runtime::sync::{self, SyncConfig};
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use watch_index::selector::Selector;
 
 use crate::wait_for;
 

@@ -6,13 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
+use conflux_reloader::runtime::{
+    self as reload, Context, ReloadConfig, ReloadMetrics, RolloutLabels,
+};
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use reloader::runtime::{self as reload, Context, ReloadConfig, ReloadMetrics, RolloutLabels};
 use serde_json::{Value, json};
 
 use crate::wait_for;

@@ -13,9 +13,9 @@
 //! [`desired_copy`] is pure; [`sync`] reads and writes through a client. [`redacted`] is the only
 //! way this example shows a Secret: every data value is replaced by its length.
 
-use copy_core::desired::{DesiredCopy, WriteMode, pull_copy};
-use copy_core::runtime::executor;
-use copy_core::{ConfigObject, SourceKind, SourceRef, consent};
+use conflux_copy_core::desired::{DesiredCopy, WriteMode, pull_copy};
+use conflux_copy_core::runtime::executor;
+use conflux_copy_core::{ConfigObject, SourceKind, SourceRef, consent};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use serde_json::{Value, json};
@@ -29,7 +29,7 @@ pub fn desired_copy(
     source: &Secret,
     target_namespace: &str,
     observed: Option<&Secret>,
-) -> copy_core::Result<DesiredCopy> {
+) -> conflux_copy_core::Result<DesiredCopy> {
     let source = ConfigObject::from(source.clone());
     let source_ref = source.source_ref();
     consent::check(
@@ -60,7 +60,7 @@ pub async fn sync(
     source_namespace: &str,
     name: &str,
     target_namespace: &str,
-) -> copy_core::Result<WriteMode> {
+) -> conflux_copy_core::Result<WriteMode> {
     let source_ref = SourceRef::new(SourceKind::Secret, source_namespace, name);
     let source = executor::get_object(client, SourceKind::Secret, source_namespace, name)
         .await?

@@ -3,7 +3,7 @@
 //! the module of the same name, so the tests in `examples/tests/` check it too.
 //!
 //! - [`widget`]: a controller for its own CRD that reconciles when a referenced Secret changes,
-//!   with Flux's watch-configs behaviour from `watch_index::runtime` (example `widget_controller`).
+//!   with Flux's watch-configs behaviour from `conflux_watch_index::runtime` (example `widget_controller`).
 //! - [`reload_own_kind`]: rolling a custom pod-template kind with `reloader`'s pure API.
 //! - [`copy_secret`]: copying a Secret into a managed namespace with `copy-core`.
 //! - [`render`]: Flux's `${VAR}` post-build substitution with `postbuild-subst`.

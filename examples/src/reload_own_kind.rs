@@ -7,22 +7,24 @@
 //! Nothing here does I/O: [`evaluate`] takes the object and the namespace's configs and answers.
 //! A controller would GET the configs it is told to hash, ask [`evaluate`], and server-side apply
 //! [`TaskRunnerPatch::body`] with field manager
-//! [`FIELD_MANAGER`](reloader::patch::FIELD_MANAGER); the offline demo applies the patch in memory
+//! [`FIELD_MANAGER`](conflux_reloader::patch::FIELD_MANAGER); the offline demo applies the patch in memory
 //! with [`TaskRunnerPatch::apply_to`].
 
 use std::collections::BTreeMap;
 
+use conflux_reloader::WorkloadKind;
+use conflux_reloader::consumers::pod_template_consumers;
+use conflux_reloader::hash::{ConfigData, ContentHash, content_hash};
+use conflux_reloader::opt_in::{NamespaceConfigs, OptIn, Options, watch};
+use conflux_reloader::patch::{
+    Action, BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION, WorkloadState, decide,
+};
+use conflux_watch_index::refs::ConfigKind;
 use k8s_openapi::api::core::v1::{ConfigMap, PodTemplateSpec, Secret};
 use kube::{CustomResource, ResourceExt};
-use reloader::WorkloadKind;
-use reloader::consumers::pod_template_consumers;
-use reloader::hash::{ConfigData, ContentHash, content_hash};
-use reloader::opt_in::{NamespaceConfigs, OptIn, Options, watch};
-use reloader::patch::{Action, BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION, WorkloadState, decide};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use watch_index::refs::ConfigKind;
 
 /// `apiVersion` of `TaskRunner`.
 pub const API_VERSION: &str = "example.conflux.dev/v1";
@@ -126,7 +128,7 @@ pub struct TaskRunnerPatch {
 
 impl TaskRunnerPatch {
     /// The server-side apply body for field manager
-    /// [`FIELD_MANAGER`](reloader::patch::FIELD_MANAGER): only our two annotations,
+    /// [`FIELD_MANAGER`](conflux_reloader::patch::FIELD_MANAGER): only our two annotations,
     /// so the apply owns nothing else of the object.
     pub fn body(&self) -> Value {
         let mut body = json!({
@@ -226,7 +228,7 @@ pub fn evaluate(runner: &TaskRunner, configs: &Configs, options: Options) -> Eva
             outcome: Outcome::NotOptedIn,
         };
     };
-    let ours = |p: reloader::patch::WorkloadPatch| TaskRunnerPatch {
+    let ours = |p: conflux_reloader::patch::WorkloadPatch| TaskRunnerPatch {
         namespace: p.namespace,
         name: p.name,
         baseline: p.baseline,

@@ -7,11 +7,11 @@
 //! wins). Strict mode is Flux's `--strict`: a `${name}` without a default and without a value is
 //! an error naming the resource, instead of an empty string.
 
-use postbuild_subst::resource::{
+use conflux_postbuild_subst::resource::{
     ResourceOutcome, SubstitutionOptions, post_build_error, substitute_resource,
 };
-use postbuild_subst::vars::{SourceKind, Variables, source_data};
-use postbuild_subst::yaml::emit::json_to_yaml;
+use conflux_postbuild_subst::vars::{SourceKind, Variables, source_data};
+use conflux_postbuild_subst::yaml::emit::json_to_yaml;
 use serde_json::Value;
 
 /// Prefix of environment variables that define substitution variables.
@@ -35,7 +35,7 @@ pub enum Error {
     Vars(String),
     /// Substitution failed, worded as kustomize-controller words it.
     #[error(transparent)]
-    Substitution(#[from] postbuild_subst::Error),
+    Substitution(#[from] conflux_postbuild_subst::Error),
 }
 
 /// The documents of a YAML stream, empty ones dropped. YAML 1.2 booleans only: `yes` stays a

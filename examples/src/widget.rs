@@ -1,6 +1,6 @@
 //! A third-party controller for its own kind, `Widget` (`example.conflux.dev/v1`, namespaced),
 //! that reconciles a Widget whenever the Secret named by its `spec.secretRef.name` changes, with
-//! Flux's watch-configs behaviour taken from `watch_index::runtime`, on `conflux_runtime`:
+//! Flux's watch-configs behaviour taken from `conflux_watch_index::runtime`, on `conflux_runtime`:
 //!
 //! - only Secrets labelled `reconcile.fluxcd.io/watch=Enabled` wake their Widgets (the selector is
 //!   configurable, as Flux's `--watch-configs-label-selector`);
@@ -19,6 +19,9 @@ use std::time::Duration;
 
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::{Health, Runtime};
+use conflux_watch_index::refs::{ConfigKind, ReferenceSet};
+use conflux_watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
+use conflux_watch_index::trigger::{DEFAULT_WATCH_CONFIGS_SELECTOR, Mode, Trigger};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams};
@@ -28,9 +31,6 @@ use kube::{Client, CustomResource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
-use watch_index::refs::{ConfigKind, ReferenceSet};
-use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
-use watch_index::trigger::{DEFAULT_WATCH_CONFIGS_SELECTOR, Mode, Trigger};
 
 /// API group of `Widget`.
 pub const GROUP: &str = "example.conflux.dev";
@@ -87,7 +87,7 @@ pub struct WidgetStatus {
 pub enum Error {
     /// The reference path or the watch-configs selector is invalid.
     #[error("invalid watch-configs setup: {0}")]
-    Setup(#[from] watch_index::Error),
+    Setup(#[from] conflux_watch_index::Error),
     /// An API call failed.
     #[error("{action}: {source}")]
     Kube {

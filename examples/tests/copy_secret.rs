@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use conflux_copy_core::ConfigObject;
+use conflux_copy_core::desired::WriteMode;
 use conflux_examples::copy_secret::{demo_source, desired_copy, redacted, sync};
 use conflux_tests::cluster;
-use copy_core::ConfigObject;
-use copy_core::desired::WriteMode;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};

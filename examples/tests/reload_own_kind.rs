@@ -4,9 +4,9 @@
 use conflux_examples::reload_own_kind::{
     Outcome, TaskRunnerPatch, demo_configs, demo_runner, evaluate,
 };
-use reloader::opt_in::Options;
-use reloader::patch::{BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION};
-use watch_index::refs::ConfigKind;
+use conflux_reloader::opt_in::Options;
+use conflux_reloader::patch::{BASELINE_ANNOTATION, CONFIG_HASH_ANNOTATION};
+use conflux_watch_index::refs::ConfigKind;
 
 fn patch_of(outcome: &Outcome) -> &TaskRunnerPatch {
     match outcome {
@@ -71,7 +71,7 @@ fn baseline_then_rollout_only_for_what_the_pods_read() {
         body["spec"]["template"]["metadata"]["annotations"][CONFIG_HASH_ANNOTATION],
         hash.as_str()
     );
-    // The baseline records each config's digest (reloader::patch::baseline_value).
+    // The baseline records each config's digest (conflux_reloader::patch::baseline_value).
     assert!(
         body["metadata"]["annotations"][BASELINE_ANNOTATION]
             .as_str()

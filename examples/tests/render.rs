@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use conflux_examples::render::{add_env_vars, render, vars_from_file};
-use postbuild_subst::vars::Variables;
+use conflux_postbuild_subst::vars::Variables;
 
 fn demo(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

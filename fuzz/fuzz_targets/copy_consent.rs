@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
-use copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check};
-use copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
-use copy_core::fan_out::KOPY_SYNC_ANNOTATION;
-use watch_index::glob::glob_match;
-use copy_core::{FanOut, SourceKind, SourceRef};
+use conflux_copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check};
+use conflux_copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
+use conflux_copy_core::fan_out::KOPY_SYNC_ANNOTATION;
+use conflux_watch_index::glob::glob_match;
+use conflux_copy_core::{FanOut, SourceKind, SourceRef};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -37,6 +37,6 @@ fuzz_target!(|data: &[u8]| {
     );
     let _ = glob_match(list, namespace);
     if let Ok(Some(fan_out)) = FanOut::from_kopy(&source, Some(&annotations), ["src"]) {
-        let _ = fan_out.selects(copy_core::NamespaceView::new(namespace));
+        let _ = fan_out.selects(conflux_copy_core::NamespaceView::new(namespace));
     }
 });

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use libfuzzer_sys::fuzz_target;
-use postbuild_subst::envsubst::{Mode, eval, eval_bytes, undefined_variables};
+use conflux_postbuild_subst::envsubst::{Mode, eval, eval_bytes, undefined_variables};
 
 fuzz_target!(|data: &[u8]| {
     let template = String::from_utf8_lossy(data);

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
-use reloader::opt_in::{OptIn, Options};
-use watch_index::refs::ConfigKind;
+use conflux_reloader::opt_in::{OptIn, Options};
+use conflux_watch_index::refs::ConfigKind;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

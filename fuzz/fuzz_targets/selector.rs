@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use libfuzzer_sys::fuzz_target;
-use watch_index::selector::{Selector, validate_label_selector};
+use conflux_watch_index::selector::{Selector, validate_label_selector};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

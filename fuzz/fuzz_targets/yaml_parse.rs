@@ -3,8 +3,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use postbuild_subst::yaml::emit::json_to_yaml;
-use postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
+use conflux_postbuild_subst::yaml::emit::json_to_yaml;
+use conflux_postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -566,7 +566,7 @@ async fn source_created_or_updated_gives_every_selected_namespace_an_identical_c
             .finalizers
             .unwrap_or_default()
             .iter()
-            .any(|f| f == copy_core::config_sync::FINALIZER),
+            .any(|f| f == conflux_copy_core::config_sync::FINALIZER),
         "the finalizer is on the ConfigSync"
     );
 
@@ -770,7 +770,7 @@ async fn same_name_object_not_ours_is_left_alone_and_reported_unless_adopt() {
     let _ = reason;
 
     // conflictPolicy: Adopt takes it over.
-    Api::<copy_core::ConfigSync>::all(client.clone())
+    Api::<conflux_copy_core::ConfigSync>::all(client.clone())
         .patch(
             &name,
             &PatchParams::default(),
@@ -879,7 +879,7 @@ async fn config_sync_deleted_orphans_or_deletes_copies_per_deletion_policy() {
     })
     .await;
 
-    let syncs: Api<copy_core::ConfigSync> = Api::all(client.clone());
+    let syncs: Api<conflux_copy_core::ConfigSync> = Api::all(client.clone());
     for name in [&orphan, &delete] {
         syncs
             .delete(name, &DeleteParams::default())

@@ -8,6 +8,9 @@ use std::time::Duration;
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually};
+use conflux_watch_index::runtime::flux_trigger::{self, FluxMetrics, FluxTriggerConfig};
+use conflux_watch_index::selector::Selector;
+use conflux_watch_index::trigger::Mode;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
 use kube::api::{
@@ -15,9 +18,6 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::runtime::flux_trigger::{self, FluxMetrics, FluxTriggerConfig};
-use watch_index::selector::Selector;
-use watch_index::trigger::Mode;
 
 const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 const WATCH: (&str, &str) = ("reconcile.fluxcd.io/watch", "Enabled");

@@ -127,10 +127,10 @@ fn yaml(text: &str) -> Value {
 async fn create_sync(client: &Client, shard: &str, manifest: &str) -> String {
     let mut object = yaml(manifest);
     object["metadata"]["labels"] = json!({SHARD: shard});
-    let sync: copy_core::ConfigSync =
+    let sync: conflux_copy_core::ConfigSync =
         serde_json::from_value(object).unwrap_or_else(|e| panic!("a ConfigSync: {e}"));
     let name = sync.metadata.name.clone().unwrap_or_default();
-    Api::<copy_core::ConfigSync>::all(client.clone())
+    Api::<conflux_copy_core::ConfigSync>::all(client.clone())
         .create(&PostParams::default(), &sync)
         .await
         .unwrap_or_else(|e| panic!("create ConfigSync {name}: {e}"));
@@ -139,7 +139,7 @@ async fn create_sync(client: &Client, shard: &str, manifest: &str) -> String {
 
 /// Deletes a ConfigSync and waits until it is gone (its finalizer released).
 async fn delete_sync(client: &Client, name: &str) {
-    Api::<copy_core::ConfigSync>::all(client.clone())
+    Api::<conflux_copy_core::ConfigSync>::all(client.clone())
         .delete(name, &DeleteParams::default())
         .await
         .unwrap_or_else(|e| panic!("delete ConfigSync {name}: {e}"));
@@ -250,7 +250,7 @@ fn ported_manifests_are_the_mapping_of_their_policies() {
             let rule_name = rule["name"].as_str().expect("rule name");
             let generate = &rule["generate"];
             assert_eq!(generate["synchronize"], true, "{name}: synchronize");
-            let sync: copy_core::ConfigSync = serde_json::from_value(yaml(sync))
+            let sync: conflux_copy_core::ConfigSync = serde_json::from_value(yaml(sync))
                 .unwrap_or_else(|e| panic!("the ConfigSync of {name}: {e}"));
             assert_eq!(
                 sync.metadata.name.as_deref(),
@@ -276,11 +276,11 @@ fn ported_manifests_are_the_mapping_of_their_policies() {
             assert!(spec.prune, "{name}: prune");
             assert_eq!(
                 spec.deletion_policy,
-                copy_core::config_sync::DeletionPolicy::Orphan
+                conflux_copy_core::config_sync::DeletionPolicy::Orphan
             );
             assert_eq!(
                 spec.conflict_policy,
-                copy_core::config_sync::ConflictPolicy::Adopt,
+                conflux_copy_core::config_sync::ConflictPolicy::Adopt,
                 "{name}: Kyverno overwrites a pre-existing downstream object"
             );
             assert!(
@@ -550,7 +550,7 @@ async fn cpol_clone_sync_modify_downstream() {
     assert!(sync.len() > 63);
     assert_eq!(
         label(&clone.metadata, OWNER),
-        Some(copy_core::ownership::label_value(&sync).as_str())
+        Some(conflux_copy_core::ownership::label_value(&sync).as_str())
     );
 
     // Kyverno's editeddownstream.yaml, applied with `kubectl apply` (a patch of `foo`).

@@ -550,7 +550,7 @@ async fn rollouts_are_rate_limited_cluster_wide() {
     }
     let conflux = start_with(
         cluster,
-        reloader::runtime::ReloadConfig {
+        conflux_reloader::runtime::ReloadConfig {
             namespace: Some(ns.clone()),
             debounce: WINDOW,
             rate: 2.0,
@@ -631,7 +631,7 @@ async fn failed_rollouts_are_reported_and_retried() {
     grant(&client, &ns, "alice", true).await;
     let conflux = start_as(
         cluster.client_as("alice").await,
-        reloader::runtime::ReloadConfig {
+        conflux_reloader::runtime::ReloadConfig {
             namespace: Some(ns.clone()),
             debounce: WINDOW,
             ..Default::default()
@@ -655,7 +655,7 @@ async fn failed_rollouts_are_reported_and_retried() {
         conflux
             .metrics
             .rollouts
-            .get_or_create(&reloader::runtime::RolloutLabels {
+            .get_or_create(&conflux_reloader::runtime::RolloutLabels {
                 kind: "Deployment".into(),
                 result: "error".into(),
             })

@@ -12,14 +12,14 @@ mod reload_support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use conflux_reloader::filters::NamespaceFilter;
+use conflux_reloader::opt_in::Options;
+use conflux_reloader::patch::ReloadStrategy;
+use conflux_reloader::runtime::ReloadConfig;
+use conflux_reloader::{WorkloadKind, settings};
 use conflux_tests::{cluster, eventually, label_namespace};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use reload_support::*;
-use reloader::filters::NamespaceFilter;
-use reloader::opt_in::Options;
-use reloader::patch::ReloadStrategy;
-use reloader::runtime::ReloadConfig;
-use reloader::{WorkloadKind, settings};
 use serde_json::json;
 
 /// Coalescing window used by these tests.
@@ -366,8 +366,9 @@ async fn namespace_selector_and_namespaces_to_ignore() {
         )
         .await;
     }
-    let selector = reloader::filters::reloader_selector(&[format!("conflux-test-team:{team}")])
-        .expect("selector");
+    let selector =
+        conflux_reloader::filters::reloader_selector(&[format!("conflux-test-team:{team}")])
+            .expect("selector");
     // Cluster-wide: its memory in the first namespace.
     let cfg = ReloadConfig {
         namespace: None,
@@ -442,8 +443,8 @@ async fn resource_label_selector() {
     )
     .await;
     let mut cfg = config(&ns, Options::default());
-    cfg.config_selector =
-        reloader::filters::reloader_selector(&["reload:true".to_owned()]).expect("selector");
+    cfg.config_selector = conflux_reloader::filters::reloader_selector(&["reload:true".to_owned()])
+        .expect("selector");
     let conflux = start_with(cluster, cfg).await;
     wait_baseline(&client, &ns, "a").await;
     wait_baseline(&client, &ns, "b").await;

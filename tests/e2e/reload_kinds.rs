@@ -16,6 +16,9 @@ mod reload_support;
 
 use std::time::Duration;
 
+use conflux_reloader::WorkloadKind;
+use conflux_reloader::patch::ReloadStrategy;
+use conflux_reloader::runtime::{ReloadConfig, RolloutLabels};
 use conflux_tests::objects::{install_crd, upstream_crd};
 use conflux_tests::{cluster, eventually};
 use k8s_openapi::api::batch::v1::Job;
@@ -23,9 +26,6 @@ use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams};
 use reload_support::*;
-use reloader::WorkloadKind;
-use reloader::patch::ReloadStrategy;
-use reloader::runtime::{ReloadConfig, RolloutLabels};
 use serde_json::{Value, json};
 
 /// Coalescing window used by these tests.
@@ -420,7 +420,7 @@ async fn jobs_of_a_cronjob_are_left_to_it_and_ignored_workload_types_are() {
     let standalone = job_uid(&client, &ns, "standalone").await.expect("uid");
     let mut only_jobs = config(&ns, false, false);
     only_jobs.ignored_kinds =
-        reloader::filters::ignored_workload_types(&["jobs".into()]).expect("valid");
+        conflux_reloader::filters::ignored_workload_types(&["jobs".into()]).expect("valid");
     let conflux = start_with(cluster, only_jobs).await;
     wait_baseline(&client, &ns, "web").await;
     apply_cm(&client, &ns, "shared", json!({"v": "2"}), json!({})).await;
@@ -439,7 +439,7 @@ async fn jobs_of_a_cronjob_are_left_to_it_and_ignored_workload_types_are() {
     let standalone = job_uid(&client, &ns, "standalone").await.expect("uid");
     let mut neither = config(&ns, false, false);
     neither.ignored_kinds =
-        reloader::filters::ignored_workload_types(&["jobs".into(), "cronjobs".into()])
+        conflux_reloader::filters::ignored_workload_types(&["jobs".into(), "cronjobs".into()])
             .expect("valid");
     let conflux = start_with(cluster, neither).await;
     wait_baseline(&client, &ns, "web").await;
@@ -799,7 +799,7 @@ async fn rollouts_roll_through_the_template_annotation_or_restart_at() {
     })
     .await;
     assert!(
-        reloader::settings::parse_rfc3339(&restarted.1).is_some(),
+        conflux_reloader::settings::parse_rfc3339(&restarted.1).is_some(),
         "RFC 3339: {}",
         restarted.1
     );

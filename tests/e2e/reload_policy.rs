@@ -10,13 +10,13 @@ mod reload_support;
 
 use std::time::Duration;
 
+use conflux_reloader::policy::ReloadPolicy;
 use conflux_tests::{cluster, eventually};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Client, CustomResourceExt};
 use reload_support::*;
-use reloader::policy::ReloadPolicy;
 use serde_json::{Value, json};
 
 /// The tests of this binary run one at a time: policies are cluster-scoped, and every

@@ -259,9 +259,9 @@ mod log_field_tests {
 
     #[test]
     fn the_log_field_check_sees_duplicate_keys_and_debug_forms() {
-        let good = r#"{"timestamp":"t","level":"INFO","message":"m","object":"ConfigMap/a/b","target":"copy_core"}"#;
+        let good = r#"{"timestamp":"t","level":"INFO","message":"m","object":"ConfigMap/a/b","target":"conflux_copy_core"}"#;
         assert!(check_log_fields(good).is_ok());
-        let twice = r#"{"timestamp":"t","level":"INFO","message":"m","target":"ConfigMap/a/b","target":"copy_core"}"#;
+        let twice = r#"{"timestamp":"t","level":"INFO","message":"m","target":"ConfigMap/a/b","target":"conflux_copy_core"}"#;
         assert!(check_log_fields(twice).is_err());
         let some = r#"{"timestamp":"t","level":"INFO","message":"m","object":"Some(\"pull\")"}"#;
         assert!(check_log_fields(some).is_err());

@@ -14,7 +14,7 @@
 //! (watch labels, substitution variables, reload edges) see the cluster as it would be.
 //!
 //! ```
-//! use copy_core::audit::{audit, AuditOptions, Verdict};
+//! use conflux_copy_core::audit::{audit, AuditOptions, Verdict};
 //! use serde_json::json;
 //!
 //! let objects = [
@@ -39,12 +39,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use conflux_watch_index::audit::{Finding, Severity, config_key, configs, metadata_map, name_of};
+use conflux_watch_index::redact::RedactedJson;
+use conflux_watch_index::refs::{ConfigKey, ConfigKind};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::Value;
-use watch_index::audit::{Finding, Severity, config_key, configs, metadata_map, name_of};
-use watch_index::redact::RedactedJson;
-use watch_index::refs::{ConfigKey, ConfigKind};
 
 use crate::config_sync::{self, ConfigSyncSpec, ConflictPolicy};
 use crate::consent::{self, ALLOWED_NAMESPACES_ANNOTATION, Grant, Refusal};
@@ -176,7 +176,7 @@ pub struct CopyAudit {
     /// The copies that are written, as `v1` objects with their content: pull-copy targets with
     /// their own metadata and the source's data, fan-out copies as the sync writes them. Append
     /// them to the input to see the cluster as it would be (see
-    /// [`watch_index::audit::configs`]).
+    /// [`conflux_watch_index::audit::configs`]).
     pub written: Vec<Value>,
 }
 

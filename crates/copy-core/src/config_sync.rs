@@ -6,7 +6,7 @@
 //! (schemars) and `ConfigSync::crd()` (through `kube_core::CustomResourceExt`).
 //!
 //! ```
-//! use copy_core::config_sync::{ConfigSyncSpec, ConflictPolicy, DeletionPolicy};
+//! use conflux_copy_core::config_sync::{ConfigSyncSpec, ConflictPolicy, DeletionPolicy};
 //!
 //! let spec: ConfigSyncSpec = serde_json::from_value(serde_json::json!({
 //!     "source": {"kind": "Secret", "namespace": "flux-system", "name": "ghcr-auth"},

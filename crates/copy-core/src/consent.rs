@@ -10,8 +10,8 @@
 //! and [`decide`] accepts them too, read with those tools' rules.
 //!
 //! ```
-//! use copy_core::consent::{check, ALLOWED_NAMESPACES_ANNOTATION};
-//! use copy_core::{SourceKind, SourceRef};
+//! use conflux_copy_core::consent::{check, ALLOWED_NAMESPACES_ANNOTATION};
+//! use conflux_copy_core::{SourceKind, SourceRef};
 //! use std::collections::BTreeMap;
 //!
 //! let source = SourceRef::new(SourceKind::Secret, "flux-system", "ghcr-auth");
@@ -30,7 +30,7 @@ use crate::patterns::shorten;
 use crate::selection::{NamespaceView, Selection};
 use crate::source::SourceRef;
 use crate::{Error, reflector, replicator};
-use watch_index::glob::glob_match;
+use conflux_watch_index::glob::glob_match;
 
 // A refusal is an error's detail, defined with the error; callers look for it here.
 pub use crate::error::{Refusal, SourceSays};

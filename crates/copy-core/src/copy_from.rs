@@ -3,8 +3,8 @@
 //! replicator's `replicate-from` ([`pull`]).
 //!
 //! ```
-//! use copy_core::copy_from::copy_source;
-//! use copy_core::{SourceKind, SourceRef};
+//! use conflux_copy_core::copy_from::copy_source;
+//! use conflux_copy_core::{SourceKind, SourceRef};
 //! use std::collections::BTreeMap;
 //!
 //! let annotations = BTreeMap::from([(
@@ -20,8 +20,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use watch_index::refs::COPY_FROM_ANNOTATION;
-use watch_index::refs::{Reference, ReferenceSet};
+pub use conflux_watch_index::refs::COPY_FROM_ANNOTATION;
+use conflux_watch_index::refs::{Reference, ReferenceSet};
 
 use crate::source::{SourceKind, SourceRef};
 use crate::{Error, Result, reflector, replicator};
@@ -39,7 +39,7 @@ impl CopyFrom {
     /// Parses `namespace/name`: exactly one `/`, both parts non-empty (Flux Operator accepts empty
     /// parts and then fails to find the source; we say what is wrong up front).
     pub fn parse(value: &str) -> Result<Self> {
-        watch_index::refs::parse_copy_from(value)
+        conflux_watch_index::refs::parse_copy_from(value)
             .map(|(namespace, name)| CopyFrom {
                 namespace: namespace.to_owned(),
                 name: name.to_owned(),
@@ -137,8 +137,8 @@ pub struct Pull {
 /// reported on the target and nothing is written). Works on metadata alone.
 ///
 /// ```
-/// use copy_core::copy_from::{pull, PullVia};
-/// use copy_core::{SourceKind, SourceRef};
+/// use conflux_copy_core::copy_from::{pull, PullVia};
+/// use conflux_copy_core::{SourceKind, SourceRef};
 /// use std::collections::BTreeMap;
 ///
 /// let annotations = BTreeMap::from([(
@@ -148,7 +148,7 @@ pub struct Pull {
 /// let wanted = pull("v1", "Secret", "team-a", "secret-replica", Some(&annotations))?.unwrap();
 /// assert_eq!(wanted.source, SourceRef::new(SourceKind::Secret, "default", "some-secret"));
 /// assert_eq!(wanted.via, PullVia::ReplicateFrom);
-/// # Ok::<(), copy_core::Error>(())
+/// # Ok::<(), conflux_copy_core::Error>(())
 /// ```
 pub fn pull(
     api_version: &str,

@@ -19,10 +19,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use conflux_watch_index::redact::RedactedJson;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use sha2::{Digest, Sha256};
-use watch_index::redact::RedactedJson;
 
 use crate::copy_from::PullVia;
 use crate::fan_out::FanOut;

@@ -14,8 +14,8 @@
 //! - minus terminating namespaces (writes there fail and the copy would die with the namespace).
 //!
 //! ```
-//! use copy_core::fan_out::{FanOut, NamespaceView};
-//! use copy_core::config_sync::ConfigSyncSpec;
+//! use conflux_copy_core::fan_out::{FanOut, NamespaceView};
+//! use conflux_copy_core::config_sync::ConfigSyncSpec;
 //!
 //! let spec: ConfigSyncSpec = serde_json::from_value(serde_json::json!({
 //!     "source": {"kind": "Secret", "namespace": "flux-system", "name": "ghcr-auth"},
@@ -33,13 +33,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use watch_index::selector::Selector;
+use conflux_watch_index::selector::Selector;
 
 use crate::config_sync::{ConfigSyncSpec, ConflictPolicy, DeletionPolicy};
 use crate::ownership::Owner;
 use crate::source::{ConfigObject, SourceRef};
 use crate::{Error, Result, reflector, replicator};
-use watch_index::glob::any_match;
+use conflux_watch_index::glob::any_match;
 
 // Defined with the selection they feed; still reachable here, where fan-out's callers look.
 pub use crate::selection::{NamespaceView, Selection};

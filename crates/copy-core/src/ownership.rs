@@ -223,7 +223,7 @@ mod tests {
         assert_eq!(resource_set_of(Some(&labels(&[("app", "x")]))), None);
         assert_eq!(resource_set_of(None), None);
     }
-    use watch_index::selector::{Selector, validate_value};
+    use conflux_watch_index::selector::{Selector, validate_value};
 
     #[test]
     fn label_values_are_valid_and_distinct() {

@@ -11,7 +11,7 @@
 //! name, so no annotation value can make it slow.
 //!
 //! ```
-//! use copy_core::patterns::{Dialect, NamePatterns};
+//! use conflux_copy_core::patterns::{Dialect, NamePatterns};
 //!
 //! let list = NamePatterns::parse("my-ns-1, namespace-[0-9]*", Dialect::Replicator)?;
 //! assert!(list.matches("my-ns-1"));
@@ -19,7 +19,7 @@
 //! assert!(!list.matches("my-ns-10"), "anchored at both ends");
 //! // A list with an entry that is not a regex is refused as a whole.
 //! assert!(NamePatterns::parse("team-a, team-[", Dialect::Reflector).is_err());
-//! # Ok::<(), copy_core::patterns::PatternError>(())
+//! # Ok::<(), conflux_copy_core::patterns::PatternError>(())
 //! ```
 
 use std::fmt;

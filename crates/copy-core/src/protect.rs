@@ -23,7 +23,7 @@
 //! why it is protected and every way out, never a data value.
 //!
 //! ```
-//! use copy_core::protect::{decide, Operation, Policy, Request, Verdict, PROTECTED_LABEL};
+//! use conflux_copy_core::protect::{decide, Operation, Policy, Request, Verdict, PROTECTED_LABEL};
 //! use serde_json::json;
 //!
 //! let source = json!({

@@ -7,7 +7,7 @@
 //! [`decide`](crate::protect::decide) and the admission policy read alike.
 //!
 //! ```
-//! use copy_core::protect_crd::{ProtectPolicySpec, validate};
+//! use conflux_copy_core::protect_crd::{ProtectPolicySpec, validate};
 //!
 //! let spec: ProtectPolicySpec = serde_json::from_value(serde_json::json!({
 //!     "configs": {"kinds": ["Secret"], "namespaces": ["platform"], "names": ["blogsecret"]},
@@ -28,9 +28,9 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::config_selector::{CompiledConfigSelector, ConfigMeta};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use serde::{Deserialize, Serialize};
-use watch_index::config_selector::{CompiledConfigSelector, ConfigMeta};
 
 use crate::Error;
 use crate::protect::{RuleLine, service_account_username};
@@ -46,7 +46,7 @@ pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-no
 const MAX_MESSAGE: usize = 1024;
 
 /// Which ConfigMaps and Secrets a rule applies to (the `configs` block ReloadPolicies share).
-pub use watch_index::config_selector::ConfigSelector;
+pub use conflux_watch_index::config_selector::ConfigSelector;
 
 /// Protect the selected ConfigMaps and Secrets from being changed or deleted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -34,8 +34,8 @@
 //!   labels and the annotation to look at.
 //!
 //! ```
-//! use copy_core::protect::Policy;
-//! use copy_core::protect_policy::{admission_policy, admission_policy_bindings, POLICY_NAME};
+//! use conflux_copy_core::protect::Policy;
+//! use conflux_copy_core::protect_policy::{admission_policy, admission_policy_bindings, POLICY_NAME};
 //!
 //! let policy = admission_policy(&Policy {
 //!     allow_users: vec!["system:serviceaccount:flux-system:kustomize-controller".to_owned()],

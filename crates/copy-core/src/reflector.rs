@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use copy_core::{reflector, NamespaceView, SourceKind, SourceRef};
+//! use conflux_copy_core::{reflector, NamespaceView, SourceKind, SourceRef};
 //!
 //! let source = SourceRef::new(SourceKind::Secret, "default", "source-secret");
 //! let annotations = BTreeMap::from([
@@ -27,13 +27,13 @@
 //! let allowed = reflector::consent(&source, Some(&annotations))?.expect("consents");
 //! assert!(allowed.matches(NamespaceView::new("namespace-7")));
 //! assert!(!allowed.matches(NamespaceView::new("prod")));
-//! # Ok::<(), copy_core::Error>(())
+//! # Ok::<(), conflux_copy_core::Error>(())
 //! ```
 
 use std::collections::BTreeMap;
 
-use watch_index::refs::parse_copy_from;
-use watch_index::selector::Selector;
+use conflux_watch_index::refs::parse_copy_from;
+use conflux_watch_index::selector::Selector;
 
 use crate::patterns::{Dialect, NamePatterns, shorten};
 use crate::selection::Selection;

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use copy_core::{replicator, NamespaceView, SourceKind, SourceRef};
+//! use conflux_copy_core::{replicator, NamespaceView, SourceKind, SourceRef};
 //!
 //! let source = SourceRef::new(SourceKind::Secret, "default", "test-secret");
 //! let annotations = BTreeMap::from([(
@@ -25,13 +25,13 @@
 //! let targets = replicator::push(&source, Some(&annotations))?.expect("a push source");
 //! assert!(targets.matches(NamespaceView::new("namespace-3")));
 //! assert!(!targets.matches(NamespaceView::new("my-ns-10")));
-//! # Ok::<(), copy_core::Error>(())
+//! # Ok::<(), conflux_copy_core::Error>(())
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use watch_index::refs::parse_copy_from;
-use watch_index::selector::Selector;
+use conflux_watch_index::refs::parse_copy_from;
+use conflux_watch_index::selector::Selector;
 
 use crate::patterns::{Dialect, NamePatterns, shorten};
 use crate::selection::Selection;

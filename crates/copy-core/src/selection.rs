@@ -5,11 +5,11 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::Namespace;
-use watch_index::selector::Selector;
 
 use crate::patterns::NamePatterns;
-use watch_index::glob::{any_match, is_literal};
+use conflux_watch_index::glob::{any_match, is_literal};
 
 /// What fan-out and consent need to know about a namespace. Borrowed, so a namespace cache can be scanned
 /// without copying.

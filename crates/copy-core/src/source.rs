@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use conflux_watch_index::redact::{RedactedConfigMap, RedactedSecret};
+use conflux_watch_index::refs::{ConfigKey, ConfigKind};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use watch_index::redact::{RedactedConfigMap, RedactedSecret};
-use watch_index::refs::{ConfigKey, ConfigKind};
 
 /// The Secret type the API server defaults to, and what an empty source type becomes.
 pub const SECRET_TYPE_OPAQUE: &str = "Opaque";
@@ -55,7 +55,7 @@ impl fmt::Display for SourceRef {
 
 /// A ConfigMap or a Secret: a source, an observed copy or a desired copy. Serialises as the object
 /// itself (with `apiVersion` and `kind`), ready for a server-side apply body. `Debug` shows the
-/// metadata, the Secret type and the data keys, never a value ([`watch_index::redact`]).
+/// metadata, the Secret type and the data keys, never a value ([`conflux_watch_index::redact`]).
 #[derive(Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 #[non_exhaustive]

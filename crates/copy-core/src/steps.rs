@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use watch_index::redact::RedactedJson;
+use conflux_watch_index::redact::RedactedJson;
 
 use crate::config_sync::{ConflictPolicy, DeletionPolicy};
 use crate::desired::{fan_out_copy, stray_keys_patch};

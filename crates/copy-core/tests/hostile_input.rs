@@ -10,14 +10,16 @@
 
 use std::collections::BTreeMap;
 
-use copy_core::audit::{AuditOptions, audit};
-use copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check as consent_check};
-use copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
-use copy_core::fan_out::{KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY, NamespaceView};
-use copy_core::{FanOut, SourceKind, SourceRef, reflector, replicator};
+use conflux_copy_core::audit::{AuditOptions, audit};
+use conflux_copy_core::consent::{ALLOWED_NAMESPACES_ANNOTATION, allows, check as consent_check};
+use conflux_copy_core::copy_from::{COPY_FROM_ANNOTATION, CopyFrom, copy_source};
+use conflux_copy_core::fan_out::{
+    KOPY_SYNC_ANNOTATION, KOPY_SYNC_ANNOTATION_LEGACY, NamespaceView,
+};
+use conflux_copy_core::{FanOut, SourceKind, SourceRef, reflector, replicator};
+use conflux_watch_index::glob::glob_match;
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use watch_index::glob::glob_match;
 
 use conflux_tests::props::check;
 
@@ -313,17 +315,22 @@ fn peer_annotations_hostile() {
                 }
             }
             for via in [
-                copy_core::copy_from::PullVia::CopyFrom,
-                copy_core::copy_from::PullVia::Reflects,
-                copy_core::copy_from::PullVia::ReplicateFrom,
+                conflux_copy_core::copy_from::PullVia::CopyFrom,
+                conflux_copy_core::copy_from::PullVia::Reflects,
+                conflux_copy_core::copy_from::PullVia::ReplicateFrom,
             ] {
-                match copy_core::consent::decide(&source, Some(&annotations), view, via) {
+                match conflux_copy_core::consent::decide(&source, Some(&annotations), view, via) {
                     Ok(_) => {}
                     Err(err) => prop_assert!(err.to_string().chars().count() < 2_000),
                 }
             }
-            let _ =
-                copy_core::copy_from::pull("v1", "Secret", namespace, "cfg", Some(&annotations));
+            let _ = conflux_copy_core::copy_from::pull(
+                "v1",
+                "Secret",
+                namespace,
+                "cfg",
+                Some(&annotations),
+            );
             Ok(())
         },
     );

@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use conflux_copy_core::audit::{AuditOptions, audit};
+use conflux_copy_core::desired::{WriteMode, pull_copy};
+use conflux_copy_core::fan_out::{FanOut, NamespaceView};
+use conflux_copy_core::steps::{Step, plan_deletion, plan_sync};
+use conflux_copy_core::{ConfigObject, ConfigSyncSpec};
 use conflux_tests::leak::{
     DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
     assert_debug_redacted as assert_redacted,
 };
-use copy_core::audit::{AuditOptions, audit};
-use copy_core::desired::{WriteMode, pull_copy};
-use copy_core::fan_out::{FanOut, NamespaceView};
-use copy_core::steps::{Step, plan_deletion, plan_sync};
-use copy_core::{ConfigObject, ConfigSyncSpec};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -146,7 +146,7 @@ fn plan_steps_show_identity_and_keys() {
     let fan_out = fan_out();
     let source = secret("flux-system", "tls");
     let namespaces = ["team-a", "team-b", "team-c"];
-    let ours = copy_core::desired::fan_out_copy(&source, &fan_out, "team-b");
+    let ours = conflux_copy_core::desired::fan_out_copy(&source, &fan_out, "team-b");
     let observed = [
         with_stray_key(ours),
         with_stray_key(secret("team-c", "tls")),

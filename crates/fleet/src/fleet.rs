@@ -21,8 +21,10 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
-use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
-use postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
+use conflux_postbuild_subst::resource::{
+    ResourceOutcome, SubstitutionOptions, substitute_resource,
+};
+use conflux_postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
 use serde_json::{Value, json};
 
 use crate::Error;

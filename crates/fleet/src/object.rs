@@ -5,7 +5,7 @@ use serde_json::Value;
 
 /// `Kind/namespace/name` (`Kind/name` without a namespace): findings name objects as every
 /// audit does.
-pub use watch_index::audit::name_of as object_name;
+pub use conflux_watch_index::audit::name_of as object_name;
 
 /// A built object and the file it came from, relative to the repository root.
 #[derive(Clone, PartialEq)]

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-pub use postbuild_subst::audit::normalize;
+pub use conflux_postbuild_subst::audit::normalize;
 
 /// `dir` joined with a relative `entry`, normalised.
 pub fn join(dir: &str, entry: &str) -> String {

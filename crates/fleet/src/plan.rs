@@ -1,8 +1,8 @@
 //! The plan of a Flux fleet, or of flat manifests, as `conflux plan` shows it: what conflux would
 //! copy, which Flux objects reconcile when a ConfigMap/Secret changes, which workloads roll, and
 //! what Flux's substitution breaks, with every finding of the library crates' audits
-//! (`copy_core::audit`, `watch_index::audit`, `reloader::audit`, `postbuild_subst::audit`,
-//! `postbuild_subst::resource_set`) and the judgements that only hold for a repository read
+//! (`conflux_copy_core::audit`, `conflux_watch_index::audit`, `conflux_reloader::audit`, `conflux_postbuild_subst::audit`,
+//! `conflux_postbuild_subst::resource_set`) and the judgements that only hold for a repository read
 //! offline (a copy source missing from the repository may exist in the cluster; a
 //! content-hashed ConfigMap needs no watch label).
 //!
@@ -13,7 +13,7 @@
 //! ```
 //! use conflux_fleet::plan::{Input, Options, plan_flat};
 //! use serde_json::json;
-//! use watch_index::selector::Selector;
+//! use conflux_watch_index::selector::Selector;
 //!
 //! let mut input = Input::default();
 //! let file = Some("shop.yaml".to_owned());
@@ -41,13 +41,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use copy_core::audit::{AuditOptions, Verdict};
-use postbuild_subst::audit::Document;
-use reloader::consumers::Keys;
+use conflux_copy_core::audit::{AuditOptions, Verdict};
+use conflux_postbuild_subst::audit::Document;
+use conflux_reloader::consumers::Keys;
+use conflux_watch_index::audit::{config_name, referrer_name};
+use conflux_watch_index::refs::ReferenceSet;
+use conflux_watch_index::selector::Selector;
 use serde_json::{Value, json};
-use watch_index::audit::{config_name, referrer_name};
-use watch_index::refs::ReferenceSet;
-use watch_index::selector::Selector;
 
 use crate::fleet;
 
@@ -188,8 +188,8 @@ impl Input {
     pub fn complete(&mut self, flat: bool) {
         let mut generated = Vec::new();
         for (document, file) in &self.documents {
-            if postbuild_subst::resource_set::is_resource_set(document) {
-                let expansion = postbuild_subst::resource_set::expand(document);
+            if conflux_postbuild_subst::resource_set::is_resource_set(document) {
+                let expansion = conflux_postbuild_subst::resource_set::expand(document);
                 // In a fleet, a generated object's file is its ResourceSet's (for findings); in
                 // the flat mode no file, so no Kustomization path takes it as a resource.
                 let file = file.as_ref().filter(|_| !flat);
@@ -209,7 +209,7 @@ impl Input {
             return;
         }
         let documents: Vec<Document<'_>> = self.documents.iter().map(view).collect();
-        for (index, namespace) in postbuild_subst::audit::target_namespaces(&documents) {
+        for (index, namespace) in conflux_postbuild_subst::audit::target_namespaces(&documents) {
             let document = self.documents.get_mut(index).map(|(d, _)| d);
             if let Some(Value::Object(metadata)) = document.and_then(|d| d.get_mut("metadata")) {
                 metadata.insert("namespace".into(), Value::String(namespace));
@@ -222,7 +222,7 @@ impl Input {
 /// its own name, unless `creationPolicy: None`): its keys (`spec.data[].secretKey`, the template's
 /// `data`) and the template's labels and annotations; never a value (each is the text
 /// `EXTERNAL`). Keys from `dataFrom` are not known offline: the Secret then carries
-/// [`postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION`], so the variables it may define are not
+/// [`conflux_postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION`], so the variables it may define are not
 /// reported undefined.
 fn external_secret_target(object: &Value) -> Option<Value> {
     let text = |p: &str| object.pointer(p).and_then(Value::as_str);
@@ -271,7 +271,7 @@ fn external_secret_target(object: &Value) -> Option<Value> {
         if !metadata["annotations"].is_object() {
             metadata["annotations"] = json!({});
         }
-        metadata["annotations"][postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION] =
+        metadata["annotations"][conflux_postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION] =
             Value::String(why);
     }
     let secret_type = text("/spec/target/template/type").unwrap_or("Opaque");
@@ -315,7 +315,7 @@ pub struct Plan {
 pub fn plan_flat(mut input: Input, extra: Vec<Row>, options: &Options) -> Plan {
     input.complete(true);
     let documents: Vec<Document<'_>> = input.documents.iter().map(view).collect();
-    let substitution = postbuild_subst::audit::audit(&documents);
+    let substitution = conflux_postbuild_subst::audit::audit(&documents);
     let mut rows: Vec<Row> = substitution
         .into_iter()
         .map(|f| row!("substitution", f))
@@ -380,13 +380,13 @@ fn audit(
         resource_set_targets: args.copy_resourceset_targets,
     };
     let mut world: Vec<Value> = input.documents.iter().map(|(d, _)| d.clone()).collect();
-    let copies = copy_core::audit::audit(&world, &options);
+    let copies = conflux_copy_core::audit::audit(&world, &options);
     world.extend(copies.written.iter().cloned());
-    let watch = watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
+    let watch = conflux_watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
     let auto_reload_all = args.auto_reload_all;
-    let reload = reloader::audit::audit(
+    let reload = conflux_reloader::audit::audit(
         &world,
-        reloader::opt_in::Options {
+        conflux_reloader::opt_in::Options {
             auto_reload_all,
             ..Default::default()
         },
@@ -452,7 +452,8 @@ fn audit(
             })
             .collect();
         let ks = &applied.kustomization;
-        let findings = postbuild_subst::audit::audit_kustomization(ks, &resources, &configs);
+        let findings =
+            conflux_postbuild_subst::audit::audit_kustomization(ks, &resources, &configs);
         rows.extend(findings.into_iter().map(|f| row!("substitution", f)));
     }
     rows.extend(extra);

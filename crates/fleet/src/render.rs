@@ -5,7 +5,7 @@
 //! ```
 //! use conflux_fleet::plan::{Input, Options, plan_flat};
 //! use conflux_fleet::render;
-//! use watch_index::selector::Selector;
+//! use conflux_watch_index::selector::Selector;
 //!
 //! let options = Options {
 //!     sync_source_namespaces: Vec::new(),

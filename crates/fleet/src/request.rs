@@ -328,7 +328,7 @@ mod tests {
                 sync_source_namespaces: Vec::new(),
                 copy_resourceset_targets: false,
                 auto_reload_all: false,
-                watch_selector: watch_index::selector::Selector::everything(),
+                watch_selector: conflux_watch_index::selector::Selector::everything(),
             },
         };
         let plans = request.plans().expect("planned");

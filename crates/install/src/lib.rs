@@ -17,8 +17,9 @@ use std::fmt;
 
 pub mod kyverno;
 
-use copy_core::protect_policy;
-use copy_core::runtime::protect;
+use conflux_copy_core::protect_policy;
+use conflux_copy_core::runtime::protect;
+use conflux_watch_index::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP};
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace,
@@ -35,7 +36,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{CustomResourceExt, Resource};
 use serde::Serialize;
-use watch_index::refs::{HELM_GROUP, KUSTOMIZE_GROUP, NOTIFICATION_GROUP};
 
 /// Name of the ServiceAccount, the Deployment and the prefix of every RBAC object.
 pub const NAME: &str = "conflux";
@@ -191,7 +191,8 @@ pub fn default_image() -> String {
 
 /// The ConfigSync CRD as a JSON value (also part of [`manifests`]).
 pub fn configsync_crd() -> Result<serde_json::Value> {
-    serde_json::to_value(copy_core::ConfigSync::crd()).map_err(|e| Error::Render(e.to_string()))
+    serde_json::to_value(conflux_copy_core::ConfigSync::crd())
+        .map_err(|e| Error::Render(e.to_string()))
 }
 
 /// The ConfigSync CRD as YAML, in go-yaml's style (sorted keys): what `conflux crd` prints.
@@ -201,7 +202,7 @@ pub fn configsync_crd_yaml() -> Result<String> {
 
 /// The ReloadPolicy CRD as a JSON value (also part of [`manifests`]).
 pub fn reloadpolicy_crd() -> Result<serde_json::Value> {
-    serde_json::to_value(reloader::policy::ReloadPolicy::crd())
+    serde_json::to_value(conflux_reloader::policy::ReloadPolicy::crd())
         .map_err(|e| Error::Render(e.to_string()))
 }
 
@@ -213,7 +214,8 @@ pub fn reloadpolicy_crd_yaml() -> Result<String> {
 
 /// The ProtectPolicy CRD as a JSON value (also part of [`manifests`]).
 pub fn protectpolicy_crd() -> Result<serde_json::Value> {
-    serde_json::to_value(copy_core::ProtectPolicy::crd()).map_err(|e| Error::Render(e.to_string()))
+    serde_json::to_value(conflux_copy_core::ProtectPolicy::crd())
+        .map_err(|e| Error::Render(e.to_string()))
 }
 
 /// The ProtectPolicy CRD as YAML, in go-yaml's style (sorted keys): what `conflux crd
@@ -384,15 +386,15 @@ fn controller_rules(controller: Controller, protect_mode: ProtectMode) -> Vec<Po
         // Namespaces (metadata): reflector's consent may select target namespaces by label.
         Controller::Copy => vec![copies(), rule("", &["namespaces"], &["list", "watch"])],
         Controller::Sync => {
-            let plural = copy_core::ConfigSync::plural(&()).into_owned();
+            let plural = conflux_copy_core::ConfigSync::plural(&()).into_owned();
             vec![
                 copies(),
                 // Every namespace, metadata only, to find the targets.
                 rule("", &["namespaces"], &["list", "watch"]),
                 // The finalizer is a JSON patch; status is server-side applied.
-                rule(copy_core::config_sync::GROUP, &[&plural], &lwp),
+                rule(conflux_copy_core::config_sync::GROUP, &[&plural], &lwp),
                 rule(
-                    copy_core::config_sync::GROUP,
+                    conflux_copy_core::config_sync::GROUP,
                     &[&format!("{plural}/status")],
                     &["patch"],
                 ),
@@ -407,12 +409,12 @@ fn controller_rules(controller: Controller, protect_mode: ProtectMode) -> Vec<Po
             rule("batch", &["cronjobs"], &lwp),
             rule("", &["namespaces"], &["list", "watch"]),
             rule(
-                reloader::policy::GROUP,
+                conflux_reloader::policy::GROUP,
                 &["reloadpolicies"],
                 &["list", "watch"],
             ),
             rule(
-                reloader::policy::GROUP,
+                conflux_reloader::policy::GROUP,
                 &["reloadpolicies/status"],
                 &["patch"],
             ),
@@ -437,20 +439,23 @@ fn controller_rules(controller: Controller, protect_mode: ProtectMode) -> Vec<Po
             let mut rules = vec![
                 rule("", &["configmaps", "secrets"], &["patch"]),
                 rule(
-                    copy_core::config_sync::GROUP,
-                    &[&copy_core::ConfigSync::plural(&())],
+                    conflux_copy_core::config_sync::GROUP,
+                    &[&conflux_copy_core::ConfigSync::plural(&())],
                     &["list", "watch"],
                 ),
                 // ProtectPolicies are watched and their status written; a namespaceSelector
                 // reads Namespace labels.
                 rule(
-                    copy_core::config_sync::GROUP,
-                    &[&copy_core::ProtectPolicy::plural(&())],
+                    conflux_copy_core::config_sync::GROUP,
+                    &[&conflux_copy_core::ProtectPolicy::plural(&())],
                     &["list", "watch"],
                 ),
                 rule(
-                    copy_core::config_sync::GROUP,
-                    &[&format!("{}/status", copy_core::ProtectPolicy::plural(&()))],
+                    conflux_copy_core::config_sync::GROUP,
+                    &[&format!(
+                        "{}/status",
+                        conflux_copy_core::ProtectPolicy::plural(&())
+                    )],
                     &["patch"],
                 ),
                 rule("", &["namespaces"], &["list", "watch"]),
@@ -749,7 +754,8 @@ fn to_doc<T: Serialize>(object: &T) -> Result<String> {
 
 /// A JSON value as YAML in go-yaml's style (sorted keys).
 fn to_yaml(value: &serde_json::Value) -> Result<String> {
-    postbuild_subst::yaml::emit::json_to_yaml(value).map_err(|e| Error::Render(e.to_string()))
+    conflux_postbuild_subst::yaml::emit::json_to_yaml(value)
+        .map_err(|e| Error::Render(e.to_string()))
 }
 
 /// RFC 1123 label: what a namespace name must be.

@@ -1,4 +1,4 @@
-//! `conflux build`: Flux's post-build substitution (`postbuild_subst::stream`) on a
+//! `conflux build`: Flux's post-build substitution (`conflux_postbuild_subst::stream`) on a
 //! multi-document stream of already built manifests, for example `kustomize build` output. This
 //! file reads the flags and the files; the library picks the Kustomization, gathers the
 //! variables and substitutes.
@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use postbuild_subst::resource::SubstitutionOptions;
-use postbuild_subst::stream;
-use postbuild_subst::vars::Variables;
+use conflux_postbuild_subst::resource::SubstitutionOptions;
+use conflux_postbuild_subst::stream;
+use conflux_postbuild_subst::vars::Variables;
 use serde_json::Value;
 
 /// Flags of `conflux build`.

@@ -18,7 +18,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controllers against a Kubernetes cluster (copy, sync, reload, flux-trigger).
-    Run(Box<operator_bin::run::RunArgs>),
+    Run(Box<conflux_operator::run::RunArgs>),
     /// Substitute `${VAR}` expressions in stdin with variables from the environment, like
     /// `flux envsubst`; the result goes to stdout.
     Envsubst {
@@ -60,12 +60,12 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn run_controllers(args: operator_bin::run::RunArgs) -> anyhow::Result<ExitCode> {
+fn run_controllers(args: conflux_operator::run::RunArgs) -> anyhow::Result<ExitCode> {
     // Flag mistakes are reported before any runtime or client exists.
     args.plan()?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(operator_bin::run::run(args))?;
+    runtime.block_on(conflux_operator::run::run(args))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use postbuild_subst::envsubst::{self, Mode, VarFn};
+use conflux_postbuild_subst::envsubst::{self, Mode, VarFn};
 
 /// Runs the subcommand on stdin/stdout.
 pub fn run(strict: bool) -> anyhow::Result<ExitCode> {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use conflux_install::Install;
-use operator_bin::run::{ControllerName, ProtectModeArg};
+use conflux_operator::run::{ControllerName, ProtectModeArg};
 
 /// Flags of `conflux install`.
 #[derive(Debug, Clone, clap::Args)]

@@ -5,13 +5,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use copy_core::runtime::CopyMetrics;
-use copy_core::runtime::protect::ProtectMetrics;
+use conflux_copy_core::runtime::CopyMetrics;
+use conflux_copy_core::runtime::protect::ProtectMetrics;
+use conflux_reloader::runtime::ReloadMetrics;
 use prometheus_client::registry::Registry;
-use reloader::runtime::ReloadMetrics;
 
 use conflux_runtime::lease::LeaderMetrics;
-use watch_index::runtime::flux_trigger::FluxMetrics;
+use conflux_watch_index::runtime::flux_trigger::FluxMetrics;
 
 /// Every metric conflux exports: the libraries' metric sets, registered under `conflux_`.
 #[derive(Debug, Default)]

@@ -16,7 +16,7 @@ use conflux_fleet::plan::{LEVELS, Options};
 use conflux_fleet::render;
 use conflux_fleet::request::Request;
 use conflux_fleet::review::BaseTree;
-use watch_index::selector::Selector;
+use conflux_watch_index::selector::Selector;
 
 /// Output formats of `conflux plan`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -55,7 +55,7 @@ pub struct PlanArgs {
     pub fail_on: FailOn,
     /// Flux's `--watch-configs-label-selector`: sources that do not match reach their referrers
     /// only at the next interval. The empty string watches everything.
-    #[arg(long, default_value = watch_index::trigger::DEFAULT_WATCH_CONFIGS_SELECTOR)]
+    #[arg(long, default_value = conflux_watch_index::trigger::DEFAULT_WATCH_CONFIGS_SELECTOR)]
     pub watch_configs_label_selector: String,
     /// Namespaces whose ConfigMaps/Secrets may fan out with kopy's, reflector's or replicator's
     /// annotations.

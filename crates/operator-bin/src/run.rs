@@ -7,26 +7,26 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use conflux_copy_core::protect::Policy;
+use conflux_copy_core::runtime::copy::{self, CopyConfig};
+use conflux_copy_core::runtime::protect::{self, ProtectConfig};
+use conflux_copy_core::runtime::protect_policy;
+use conflux_copy_core::runtime::sync::{self, SyncConfig};
+use conflux_reloader::filters::{
+    NamespaceFilter, ignored_workload_types, reloader_selector, resources_to_ignore,
+};
+use conflux_reloader::patch::ReloadStrategy;
+use conflux_reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::admin::{Admin, Endpoints};
 use conflux_runtime::lease::{self, LeaderElectionConfig};
 use conflux_runtime::server::{Limits, Server};
 use conflux_runtime::{InitialList, Runtime, shutdown};
-use copy_core::protect::Policy;
-use copy_core::runtime::copy::{self, CopyConfig};
-use copy_core::runtime::protect::{self, ProtectConfig};
-use copy_core::runtime::protect_policy;
-use copy_core::runtime::sync::{self, SyncConfig};
+use conflux_watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
+use conflux_watch_index::selector::Selector;
+use conflux_watch_index::trigger::Mode as TriggerMode;
 use prometheus_client::registry::Registry;
-use reloader::filters::{
-    NamespaceFilter, ignored_workload_types, reloader_selector, resources_to_ignore,
-};
-use reloader::patch::ReloadStrategy;
-use reloader::runtime::{self as reload, ReloadConfig, parse_duration};
 use tracing::{error, info};
-use watch_index::runtime::flux_trigger::{self, FluxTriggerConfig};
-use watch_index::selector::Selector;
-use watch_index::trigger::Mode as TriggerMode;
 
 use crate::metrics::{self, Metrics};
 use crate::telemetry::{self, LogEncoding};
@@ -582,7 +582,7 @@ impl RunArgs {
                 rate: self.reload_rate,
                 burst: self.reload_burst,
                 concurrent: self.concurrent,
-                options: reloader::opt_in::Options {
+                options: conflux_reloader::opt_in::Options {
                     auto_reload_all: self.auto_reload_all,
                     reload_on_create: self.reload_on_create,
                     reload_on_delete: self.reload_on_delete,
@@ -864,7 +864,7 @@ mod tests {
         assert!(
             reload(&["--ignored-workload-types=jobs"])
                 .ignored_kinds
-                .contains(&reloader::WorkloadKind::Job)
+                .contains(&conflux_reloader::WorkloadKind::Job)
         );
     }
 }

@@ -785,7 +785,7 @@ async fn config_sync_with_a_253_character_name() {
     assert_sync_ready(&case, &name).await;
     case.assert_no_warning("default", "ConfigSync", &name).await;
     // Deleting it applies its deletion policy (orphan by default) to the copies it owns.
-    let api: kube::Api<copy_core::ConfigSync> = kube::Api::all(case.client.clone());
+    let api: kube::Api<conflux_copy_core::ConfigSync> = kube::Api::all(case.client.clone());
     api.delete(&name, &Default::default())
         .await
         .expect("delete");

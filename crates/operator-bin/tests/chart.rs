@@ -2,7 +2,7 @@
 //! values exactly (less the Namespace, which Helm creates), and with each install flag's value
 //! as with that flag. helm is the real one, built from its Go module (`hack/cluster.sh build
 //! --tools-only --helm`). The chart's generated files (the ConfigSync CRD, the RBAC rules) are
-//! current; regenerate them with `CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart`.
+//! current; regenerate them with `CONFLUX_UPDATE_CHART=1 cargo test -p conflux-operator --test chart`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -630,7 +630,7 @@ fn check_generated(path: &Path, want: &str) {
     let have = std::fs::read_to_string(path).unwrap_or_default();
     assert!(
         have == want,
-        "{} is stale or missing: run `CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart`",
+        "{} is stale or missing: run `CONFLUX_UPDATE_CHART=1 cargo test -p conflux-operator --test chart`",
         path.display()
     );
 }
@@ -650,18 +650,19 @@ fn generated_chart_files_are_current() {
             &chart_dir().join(format!("crds/{arg}.yaml")),
             &format!(
                 "# Generated from `conflux crd {arg}` by\n\
-                 #   CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart\n\
+                 #   CONFLUX_UPDATE_CHART=1 cargo test -p conflux-operator --test chart\n\
                  # do not edit. Helm installs it before the chart's objects, and never upgrades or\n\
                  # deletes it (charts/conflux/README.md says why).\n---\n{body}"
             ),
         );
     }
-    let body = postbuild_subst::yaml::emit::json_to_yaml(&rbac_data()).expect("rbac data as YAML");
+    let body =
+        conflux_postbuild_subst::yaml::emit::json_to_yaml(&rbac_data()).expect("rbac data as YAML");
     check_generated(
         &chart_dir().join("files/rbac.yaml"),
         &format!(
             "# Generated from `conflux install --export` by\n\
-             #   CONFLUX_UPDATE_CHART=1 cargo test -p operator-bin --test chart\n\
+             #   CONFLUX_UPDATE_CHART=1 cargo test -p conflux-operator --test chart\n\
              # do not edit. The controllers in the order `--controllers` sorts them, the rules of\n\
              # each ClusterRole conflux-<name> (protect's by --protect-mode), the reload\n\
              # controller's roles that extraArgs flags turn on, and of the Role\n\

@@ -30,7 +30,7 @@ fn committed_crds_are_what_conflux_crd_prints() {
         assert!(
             committed == generated,
             "{} is stale or missing; regenerate it with\n  \
-             cargo run -p operator-bin --bin conflux -- crd {arg} > deploy/crds/{arg}.yaml",
+             cargo run -p conflux-operator --bin conflux -- crd {arg} > deploy/crds/{arg}.yaml",
             path.display()
         );
     }

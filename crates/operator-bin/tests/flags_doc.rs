@@ -1,15 +1,15 @@
 //! `docs/flags.md` is generated from the clap definition of `conflux run`; this test fails when
-//! it is stale. Regenerate it with `CONFLUX_UPDATE_DOCS=1 cargo test -p operator-bin --test flags_doc`.
+//! it is stale. Regenerate it with `CONFLUX_UPDATE_DOCS=1 cargo test -p conflux-operator --test flags_doc`.
 
 use clap::{Args, Command};
-use operator_bin::run::RunArgs;
+use conflux_operator::run::RunArgs;
 
 fn render() -> String {
     let command = RunArgs::augment_args(Command::new("run"));
     let mut out = String::from(
         "# `conflux run` flags\n\n\
          Generated from the command-line definition (`crates/operator-bin/src/run.rs`) by\n\
-         `CONFLUX_UPDATE_DOCS=1 cargo test -p operator-bin --test flags_doc`; a test fails when this\n\
+         `CONFLUX_UPDATE_DOCS=1 cargo test -p conflux-operator --test flags_doc`; a test fails when this\n\
          file is stale. Names follow Flux's controllers where Flux has the flag.\n\n\
          | flag | default | environment | description |\n|---|---|---|---|\n",
     );
@@ -48,6 +48,6 @@ fn flags_reference_is_current() {
     let have = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         have == want,
-        "docs/flags.md is stale: run `CONFLUX_UPDATE_DOCS=1 cargo test -p operator-bin --test flags_doc`"
+        "docs/flags.md is stale: run `CONFLUX_UPDATE_DOCS=1 cargo test -p conflux-operator --test flags_doc`"
     );
 }

@@ -75,7 +75,7 @@ fn committed_deploy_base_is_what_conflux_install_export_prints() {
     assert!(
         committed == generated,
         "{} is stale or missing; regenerate it with\n  \
-         cargo run -p operator-bin --bin conflux -- install --export > deploy/conflux.yaml",
+         cargo run -p conflux-operator --bin conflux -- install --export > deploy/conflux.yaml",
         deploy.join("conflux.yaml").display()
     );
     let kustomization =
@@ -194,7 +194,7 @@ fn default_export_is_in_dependency_order_with_everything_a_deployment_needs() {
     #[derive(Parser)]
     struct Run {
         #[command(flatten)]
-        args: operator_bin::run::RunArgs,
+        args: conflux_operator::run::RunArgs,
     }
     let parsed = Run::try_parse_from(&run_flags).expect("the Deployment's flags parse");
     assert_eq!(parsed.args.controllers.len(), 4);
@@ -367,7 +367,7 @@ fn protect_modes_get_their_own_rbac_and_webhook_objects() {
     #[derive(Parser)]
     struct Run {
         #[command(flatten)]
-        args: operator_bin::run::RunArgs,
+        args: conflux_operator::run::RunArgs,
     }
     let group = "admissionregistration.k8s.io";
     // (group, resource, verb, resourceNames) of every rule of the ClusterRole conflux-protect.

@@ -110,9 +110,9 @@ async fn the_articles_policies_imported_and_applied_do_what_kyverno_did() {
     let _serial = fault_support::serial().await;
     let cluster = conflux_tests::cluster();
     let admin = cluster.client().await;
-    install_crd::<copy_core::ConfigSync>(&admin).await;
-    install_crd::<copy_core::protect_crd::ProtectPolicy>(&admin).await;
-    install_crd::<reloader::policy::ReloadPolicy>(&admin).await;
+    install_crd::<conflux_copy_core::ConfigSync>(&admin).await;
+    install_crd::<conflux_copy_core::protect_crd::ProtectPolicy>(&admin).await;
+    install_crd::<conflux_reloader::policy::ReloadPolicy>(&admin).await;
     let system = cluster.namespace(&admin, "kyverno-article-system").await;
     for ns in ["platform", "kyverno", "team-a"] {
         apply(

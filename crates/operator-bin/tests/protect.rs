@@ -300,7 +300,7 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         .delete("opted-in", &dp)
         .await
         .expect("admin may");
-    let syncs: Api<copy_core::ConfigSync> = Api::all(admin.clone());
+    let syncs: Api<conflux_copy_core::ConfigSync> = Api::all(admin.clone());
     syncs
         .delete(&sync_name, &dp)
         .await
@@ -497,7 +497,7 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         !cm.labels().contains_key(PROTECTED),
         "kube-system is never protected"
     );
-    let syncs: Api<copy_core::ConfigSync> = Api::all(admin.clone());
+    let syncs: Api<conflux_copy_core::ConfigSync> = Api::all(admin.clone());
     syncs
         .delete(&sync_name, &DeleteParams::default())
         .await

@@ -1,7 +1,7 @@
 //! The protect controller's admission-policy mode end to end: conflux applies a
 //! ValidatingAdmissionPolicy and its bindings, and the real API server evaluates the CEL for a
 //! tenant who has `edit` in the source namespace, impersonated by the admin. Every verdict and
-//! message is compared with the pure decision (`copy_core::protect::decide`) for the same request.
+//! message is compared with the pure decision (`conflux_copy_core::protect::decide`) for the same request.
 //!
 //! conflux runs as the plain user `bob`, bound to exactly the ClusterRoles of `conflux install
 //! --export` in this mode: its RBAC is proven too, and so is the policy's exemption of conflux's
@@ -12,8 +12,8 @@ mod fault_support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use conflux_copy_core::protect::{Operation, Policy, Request, Verdict, decide};
 use conflux_tests::eventually;
-use copy_core::protect::{Operation, Policy, Request, Verdict, decide};
 use fault_support::Conflux;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{
@@ -379,7 +379,7 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
                                     "namespaceSelector": {"matchLabels": {"protect-test": src}}}}}),
     )
     .await;
-    let policies: Api<copy_core::ProtectPolicy> = Api::all(admin.clone());
+    let policies: Api<conflux_copy_core::ProtectPolicy> = Api::all(admin.clone());
     eventually(
         "the ProtectPolicy Ready",
         Duration::from_secs(60),
@@ -672,7 +672,7 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         .delete("opted-in", &dp)
         .await
         .expect("admin may");
-    let syncs: Api<copy_core::ConfigSync> = Api::all(admin.clone());
+    let syncs: Api<conflux_copy_core::ConfigSync> = Api::all(admin.clone());
     syncs
         .delete(&sync_name, &dp)
         .await

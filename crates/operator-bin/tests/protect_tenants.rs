@@ -1,6 +1,6 @@
 //! Protection decided by the owner or the platform, never by a consumer, end to end on a real API
 //! server, in both modes (the ValidatingAdmissionPolicy and the webhook). Every refusal is compared
-//! with the pure decision (`copy_core::protect::decide`) for the same request.
+//! with the pure decision (`conflux_copy_core::protect::decide`) for the same request.
 //!
 //! This binary's cluster never gets the ConfigSync CRD: `--controllers=copy,protect` protects
 //! `copyFrom` sources without it, and says once that ConfigSync-based protection is off.
@@ -19,8 +19,8 @@ mod fault_support;
 
 use std::time::Duration;
 
+use conflux_copy_core::protect::{Operation, Policy, Request, Verdict, decide};
 use conflux_tests::{eventually, free_port};
-use copy_core::protect::{Operation, Policy, Request, Verdict, decide};
 use fault_support::Conflux;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -472,7 +472,7 @@ async fn kyverno_import(mode: Mode) {
                         "message": KYVERNO_MESSAGE}}),
     )
     .await;
-    let policies: Api<copy_core::ProtectPolicy> = Api::all(admin.clone());
+    let policies: Api<conflux_copy_core::ProtectPolicy> = Api::all(admin.clone());
     eventually("the policy Ready", Duration::from_secs(60), || async {
         let p = policies.get(&policy_name).await.ok()?;
         let status = p.status?;

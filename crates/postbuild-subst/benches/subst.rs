@@ -7,10 +7,10 @@
 use std::collections::HashMap;
 use std::hint::black_box;
 
+use conflux_postbuild_subst::envsubst::{Mode, eval};
+use conflux_postbuild_subst::resource::{SubstitutionOptions, substitute_resource};
+use conflux_postbuild_subst::vars::Variables;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use postbuild_subst::envsubst::{Mode, eval};
-use postbuild_subst::resource::{SubstitutionOptions, substitute_resource};
-use postbuild_subst::vars::Variables;
 use serde_json::{Value, json};
 
 const DEPLOYMENT: &str = "\
@@ -130,7 +130,7 @@ fn bench_resource_layer(c: &mut Criterion) {
         .collect();
     let bytes: usize = resources
         .iter()
-        .map(|r| postbuild_subst::yaml::emit::json_to_yaml(r).map_or(0, |y| y.len()))
+        .map(|r| conflux_postbuild_subst::yaml::emit::json_to_yaml(r).map_or(0, |y| y.len()))
         .sum();
     let mut group = c.benchmark_group("resource_layer");
     group.throughput(Throughput::Bytes(bytes as u64));

@@ -29,7 +29,7 @@
 //! are not applied.
 //!
 //! ```
-//! use postbuild_subst::audit::{audit, Document};
+//! use conflux_postbuild_subst::audit::{audit, Document};
 //! use serde_json::json;
 //!
 //! let ks = json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
@@ -67,7 +67,7 @@ use crate::vars::{
 pub const UNKNOWN_KEYS_ANNOTATION: &str = "audit.conflux.dev/unknown-keys";
 
 /// How serious a finding is. Ordered: `Info < Warning < Error`. The same levels as
-/// `watch_index::audit::Severity`, kept apart on purpose: depending on watch-index would pull
+/// `conflux_watch_index::audit::Severity`, kept apart on purpose: depending on watch-index would pull
 /// k8s-openapi (and its version feature) into this text-only crate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -97,7 +97,7 @@ impl fmt::Display for Severity {
     }
 }
 
-/// One problem found, in the shape of `watch_index::audit::Finding`.
+/// One problem found, in the shape of `conflux_watch_index::audit::Finding`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
     /// How serious it is.

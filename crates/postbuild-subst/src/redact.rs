@@ -1,7 +1,7 @@
 //! `Debug` helpers that show the shape of variables and manifests and never a value: variable
 //! values may come from Secrets, and substituted manifests carry them.
 //!
-//! The same rules as `watch_index::redact`, kept apart on purpose: depending on watch-index would
+//! The same rules as `conflux_watch_index::redact`, kept apart on purpose: depending on watch-index would
 //! pull k8s-openapi (and its version feature) into this text-only crate.
 
 use std::collections::BTreeMap;

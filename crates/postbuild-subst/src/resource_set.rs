@@ -15,7 +15,7 @@
 //! known offline.
 //!
 //! ```
-//! use postbuild_subst::resource_set::expand;
+//! use conflux_postbuild_subst::resource_set::expand;
 //! use serde_json::json;
 //!
 //! let rset = json!({"apiVersion": "fluxcd.controlplane.io/v1", "kind": "ResourceSet",

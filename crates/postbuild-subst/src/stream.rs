@@ -4,8 +4,8 @@
 //! substituted and written as kustomize-controller would see it ([`substitute_document`]).
 //!
 //! ```
-//! use postbuild_subst::resource::SubstitutionOptions;
-//! use postbuild_subst::stream::{substitute_document, variables};
+//! use conflux_postbuild_subst::resource::SubstitutionOptions;
+//! use conflux_postbuild_subst::stream::{substitute_document, variables};
 //! use serde_json::json;
 //!
 //! let sources = [json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "vars"},
@@ -16,7 +16,7 @@
 //!                       "data": {"region": "${region}"}});
 //! let yaml = substitute_document(&document, &vars, &SubstitutionOptions::default())?;
 //! assert_eq!(yaml, "apiVersion: v1\ndata:\n  region: eu-1\nkind: ConfigMap\nmetadata:\n  name: app\n");
-//! # Ok::<(), postbuild_subst::Error>(())
+//! # Ok::<(), conflux_postbuild_subst::Error>(())
 //! ```
 
 use serde_json::Value;

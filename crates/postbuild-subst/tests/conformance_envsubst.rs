@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
-use postbuild_subst::envsubst::{self, Mode};
-use postbuild_subst::resource::{self, ResourceOutcome, SubstitutionOptions};
+use conflux_postbuild_subst::envsubst::{self, Mode};
+use conflux_postbuild_subst::resource::{self, ResourceOutcome, SubstitutionOptions};
 use serde_json::Value;
 
 /// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the
@@ -103,7 +103,7 @@ fn run_resource_case(case: &Value) -> Result<(), String> {
         always: case.get("always").and_then(Value::as_bool).unwrap_or(false),
         ..SubstitutionOptions::default()
     };
-    let vars = postbuild_subst::vars::Variables::from_merged(vars_of(case));
+    let vars = conflux_postbuild_subst::vars::Variables::from_merged(vars_of(case));
     let outcome =
         std::panic::catch_unwind(|| resource::substitute_resource(&input, &vars, &options))
             .map_err(|_| "panicked".to_string())?;

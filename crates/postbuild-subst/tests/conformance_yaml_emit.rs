@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use postbuild_subst::yaml::emit::{json_text_to_yaml, json_to_yaml};
+use conflux_postbuild_subst::yaml::emit::{json_text_to_yaml, json_to_yaml};
 use serde_json::Value;
 
 /// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the

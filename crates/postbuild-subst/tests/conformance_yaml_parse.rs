@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
+use conflux_postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
 
 /// Writes a summary line straight to stderr, past libtest's output capture, so CI logs show the
 /// conformance counts even when the test passes.
@@ -85,9 +85,9 @@ fn yaml_y2j_conformance() {
                 err_cases += 1;
                 let want = err.as_str().expect("error string");
                 match &got {
-                    Err(postbuild_subst::Error::Yaml(msg)) if msg == want => {
+                    Err(conflux_postbuild_subst::Error::Yaml(msg)) if msg == want => {
                         match yaml_to_json(input) {
-                            Err(postbuild_subst::Error::Yaml(m)) if m == want => Ok(()),
+                            Err(conflux_postbuild_subst::Error::Yaml(m)) if m == want => Ok(()),
                             other => Err(format!("value API: {other:?}")),
                         }
                     }
@@ -117,7 +117,7 @@ fn yaml_y2j_conformance() {
 mod never_panics {
     use proptest::prelude::*;
 
-    use postbuild_subst::yaml::parse::yaml_to_json_text;
+    use conflux_postbuild_subst::yaml::parse::yaml_to_json_text;
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use postbuild_subst::envsubst::{Mode, eval, eval_bytes};
+use conflux_postbuild_subst::envsubst::{Mode, eval, eval_bytes};
 use proptest::prelude::*;
 
 fn vars() -> HashMap<String, String> {

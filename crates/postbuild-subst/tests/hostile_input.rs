@@ -11,11 +11,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use postbuild_subst::envsubst::{self, Mode};
-use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
-use postbuild_subst::vars::Variables;
-use postbuild_subst::yaml::emit::{json_text_to_yaml, json_to_yaml};
-use postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
+use conflux_postbuild_subst::envsubst::{self, Mode};
+use conflux_postbuild_subst::resource::{
+    ResourceOutcome, SubstitutionOptions, substitute_resource,
+};
+use conflux_postbuild_subst::vars::Variables;
+use conflux_postbuild_subst::yaml::emit::{json_text_to_yaml, json_to_yaml};
+use conflux_postbuild_subst::yaml::parse::{yaml_to_json, yaml_to_json_text};
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -592,7 +594,7 @@ fn substitute_resource_hostile() {
                 typed: flags & 4 != 0,
             };
             let outcome = substitute_resource(&resource, &vars, &options);
-            let lint = postbuild_subst::resource::undefined_variables_in_resource(
+            let lint = conflux_postbuild_subst::resource::undefined_variables_in_resource(
                 &resource, &vars, &options,
             );
             // Typed mode substitutes string by string, so it cannot fail on YAML.

@@ -2,15 +2,17 @@
 //! ConfigMap/Secret object prints its names and keys, never a value, and errors do not quote
 //! values either.
 
+use conflux_postbuild_subst::audit::Document;
+use conflux_postbuild_subst::resource::{
+    ResourceOutcome, SubstitutionOptions, substitute_resource,
+};
+use conflux_postbuild_subst::resource_set::{Expansion, expand};
+use conflux_postbuild_subst::vars::{
+    PostBuild, SourceKind, SourceLookup, Variables, load_variables, source_data,
+};
 use conflux_tests::leak::{
     DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
     assert_debug_redacted as assert_redacted,
-};
-use postbuild_subst::audit::Document;
-use postbuild_subst::resource::{ResourceOutcome, SubstitutionOptions, substitute_resource};
-use postbuild_subst::resource_set::{Expansion, expand};
-use postbuild_subst::vars::{
-    PostBuild, SourceKind, SourceLookup, Variables, load_variables, source_data,
 };
 use serde_json::{Value, json};
 

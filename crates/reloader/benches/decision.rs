@@ -10,16 +10,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::hint::black_box;
 use std::time::Duration;
 
+use conflux_reloader::Workload;
+use conflux_reloader::hash::{ConfigData, content_hash};
+use conflux_reloader::index::ConsumerIndex;
+use conflux_reloader::opt_in::{NamespaceConfigs, Options, watch};
+use conflux_reloader::patch::{Action, WorkloadState, baseline_value, decide};
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use reloader::Workload;
-use reloader::hash::{ConfigData, content_hash};
-use reloader::index::ConsumerIndex;
-use reloader::opt_in::{NamespaceConfigs, Options, watch};
-use reloader::patch::{Action, WorkloadState, baseline_value, decide};
 use serde_json::json;
-use watch_index::refs::{ConfigKind, ObjectRef};
 
 const N: usize = 5_000;
 const NAMESPACES: usize = 50;

@@ -7,8 +7,8 @@
 //! [`Finding`] shape.
 //!
 //! ```
-//! use reloader::audit::audit;
-//! use reloader::opt_in::Options;
+//! use conflux_reloader::audit::audit;
+//! use conflux_reloader::opt_in::Options;
 //! use serde_json::json;
 //!
 //! let objects = [json!({
@@ -27,11 +27,11 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::audit::{Finding, Severity, config_name, configs, metadata_map, name_of};
+use conflux_watch_index::refs::{ConfigKey, ConfigKind, ObjectRef};
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use serde_json::Value;
-use watch_index::audit::{Finding, Severity, config_name, configs, metadata_map, name_of};
-use watch_index::refs::{ConfigKey, ConfigKind, ObjectRef};
 
 use crate::consumers::Keys;
 use crate::opt_in::{
@@ -181,7 +181,7 @@ fn input_policies(objects: &[Value], findings: &mut Vec<Finding>) -> Policies {
 
 /// Audits the workloads (Deployment, StatefulSet, DaemonSet, CronJob, Job, Rollout) among `objects` against the
 /// ConfigMaps and Secrets among them (later objects with the same key win, see
-/// [`watch_index::audit::configs`]), with the controller's `options` and the ReloadPolicies among
+/// [`conflux_watch_index::audit::configs`]), with the controller's `options` and the ReloadPolicies among
 /// them (Namespaces among them give the labels their `namespaceSelector`s read).
 pub fn audit(objects: &[Value], options: Options) -> ReloadAudit {
     let configs = configs(objects);

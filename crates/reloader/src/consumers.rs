@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use conflux_watch_index::refs::ConfigKind;
 use k8s_openapi::api::core::v1::{Container, KeyToPath, PodSpec, PodTemplateSpec};
-use watch_index::refs::ConfigKind;
 
 use crate::source::{SECRET_PROVIDER_CLASS_ATTRIBUTE, SourceKind};
 

@@ -33,7 +33,7 @@ pub enum Error {
     /// that can match no name, or an invalid label selector. The reason is watch-index's
     /// (`InvalidGlob`, `InvalidSelector`).
     #[error("{0}")]
-    InvalidConfigSelector(watch_index::Error),
+    InvalidConfigSelector(conflux_watch_index::Error),
     /// A ReloadPolicy names a workload kind conflux does not roll.
     #[error(
         "spec.workloads.kinds[{index}]: unknown workload kind {value:?}, expected one of {expected}"

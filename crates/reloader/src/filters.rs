@@ -4,7 +4,7 @@
 //! controller looks at.
 //!
 //! ```
-//! use reloader::filters::{NamespaceFilter, reloader_selector};
+//! use conflux_reloader::filters::{NamespaceFilter, reloader_selector};
 //! use std::collections::BTreeMap;
 //!
 //! // Reloader's legacy forms: `key:value`, and `*` for "any value".
@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use watch_index::selector::Selector;
+use conflux_watch_index::selector::Selector;
 
 use crate::{Error, Result, WorkloadKind};
 

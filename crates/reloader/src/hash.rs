@@ -63,11 +63,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use conflux_watch_index::redact::RedactedMap;
+use conflux_watch_index::refs::ConfigKind;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use sha2::{Digest, Sha256};
-use watch_index::redact::RedactedMap;
-use watch_index::refs::ConfigKind;
 
 use crate::consumers::{Consumption, Keys};
 use crate::opt_in::Watch;
@@ -81,7 +81,7 @@ const SET_DOMAIN: &[u8] = b"conflux.dev/watched-set/v1";
 const CONFIG_DOMAIN: &[u8] = b"conflux.dev/config-digest/v1";
 
 /// The data of one ConfigMap or Secret, borrowed from the object. `Debug` shows the keys and the
-/// length of each value, never a value ([`watch_index::redact`]).
+/// length of each value, never a value ([`conflux_watch_index::redact`]).
 #[derive(Clone, Copy)]
 #[non_exhaustive]
 pub enum ConfigData<'a> {

@@ -1,6 +1,6 @@
 //! The consumer index: ConfigMap/Secret → the workloads that roll when it changes.
 //!
-//! Built on [`watch_index::index::ReverseIndex`]: each opted-in workload is a
+//! Built on [`conflux_watch_index::index::ReverseIndex`]: each opted-in workload is a
 //! [`Referrer`] whose references are the configs its pod template consumes plus the literal names
 //! of its `reload` lists (Reloader rolls for a named config even when the pod does not consume
 //! it). `reload` entries that are real regexes cannot be keys; such workloads are kept in a small
@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use watch_index::index::ReverseIndex;
-use watch_index::refs::{ConfigKey, ConfigKind, ObjectRef, Reference, Referrer};
+use conflux_watch_index::index::ReverseIndex;
+use conflux_watch_index::refs::{ConfigKey, ConfigKind, ObjectRef, Reference, Referrer};
 
 use crate::consumers::{Consumption, Keys};
 use crate::opt_in::{NamePattern, OptIn, Options, Reason};

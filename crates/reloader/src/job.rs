@@ -15,8 +15,8 @@
 //!
 //! ```
 //! use k8s_openapi::api::batch::v1::Job;
-//! use reloader::job::replacement;
-//! use reloader::patch::{WorkloadPatch, WorkloadState, BASELINE_ANNOTATION};
+//! use conflux_reloader::job::replacement;
+//! use conflux_reloader::patch::{WorkloadPatch, WorkloadState, BASELINE_ANNOTATION};
 //!
 //! let job: Job = serde_json::from_value(serde_json::json!({
 //!     "metadata": {"name": "migrate", "namespace": "shop", "uid": "1234", "resourceVersion": "7",

@@ -25,8 +25,8 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 use sha2::{Digest, Sha256};
-use watch_index::refs::{ConfigKind, ObjectRef};
 
 use crate::workload::WorkloadKind;
 

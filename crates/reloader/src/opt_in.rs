@@ -46,9 +46,9 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::refs::ConfigKind;
 use regex::Regex;
 use sha2::{Digest, Sha256};
-use watch_index::refs::ConfigKind;
 
 use crate::Error;
 use crate::consumers::{Consumption, Keys};

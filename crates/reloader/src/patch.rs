@@ -49,7 +49,7 @@ pub use crate::opt_in::ReloadStrategy;
 use crate::opt_in::{Options, Watch};
 use crate::source::SourceKind;
 use crate::workload::{Workload, WorkloadKind};
-use watch_index::refs::ConfigKind;
+use conflux_watch_index::refs::ConfigKind;
 
 /// Field manager of every patch this crate makes.
 pub const FIELD_MANAGER: &str = "conflux-reloader";
@@ -848,7 +848,7 @@ mod tests {
     use crate::hash::{ConfigData, content_hash};
     use crate::opt_in::{Candidate, Reason, Watch};
     use ConfigKind::{ConfigMap, Secret};
-    use watch_index::refs::ConfigKind;
+    use conflux_watch_index::refs::ConfigKind;
 
     /// A config as the test world has it: watched or not, and its data (`None`: absent).
     type Config<'a> = (ConfigKind, &'a str, bool, Option<&'a [(&'a str, &'a str)]>);

@@ -27,13 +27,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use conflux_watch_index::config_selector::{
+    CompiledConfigSelector, ConfigSelector, label_selector,
+};
+use conflux_watch_index::refs::ConfigKind;
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use watch_index::config_selector::{CompiledConfigSelector, ConfigSelector, label_selector};
-use watch_index::refs::ConfigKind;
-use watch_index::selector::Selector;
 
 use crate::opt_in::IGNORE;
 use crate::workload::{Workload, WorkloadKind};

@@ -6,8 +6,8 @@
 //! ```
 //! use std::collections::BTreeMap;
 //! use std::time::Duration;
-//! use reloader::WorkloadKind;
-//! use reloader::settings::{PAUSE_PERIOD, Pause, RELOAD_DEBOUNCE, WorkloadSettings};
+//! use conflux_reloader::WorkloadKind;
+//! use conflux_reloader::settings::{PAUSE_PERIOD, Pause, RELOAD_DEBOUNCE, WorkloadSettings};
 //!
 //! let annotations = BTreeMap::from([
 //!     (RELOAD_DEBOUNCE.to_owned(), "30s".to_owned()),

@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use watch_index::refs::ConfigKind;
+use conflux_watch_index::refs::ConfigKind;
 
 use crate::{Error, Result};
 

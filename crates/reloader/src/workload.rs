@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
-use watch_index::refs::ObjectRef;
 
 use crate::consumers::{Consumption, pod_template_consumers, pod_template_provider_classes};
 

@@ -10,15 +10,15 @@
 
 use std::collections::BTreeMap;
 
-use proptest::prelude::*;
-use reloader::consumers::{Consumption, Keys};
-use reloader::opt_in::{
+use conflux_reloader::consumers::{Consumption, Keys};
+use conflux_reloader::opt_in::{
     AUTO, CONFIGMAP_AUTO, CONFIGMAP_RELOAD, CONFIGMAPS_EXCLUDE, IGNORE, MATCH, NamePattern,
     NamespaceConfigs, OptIn, Options, SEARCH, SECRET_AUTO, SECRET_RELOAD, SECRETS_EXCLUDE,
     WAVE_UPDATE_ON_CONFIG_CHANGE, watched_configs,
 };
+use conflux_watch_index::refs::ConfigKind;
+use proptest::prelude::*;
 use serde_json::json;
-use watch_index::refs::ConfigKind;
 
 use conflux_tests::props::check;
 
@@ -280,7 +280,7 @@ fn reload_audit_hostile() {
         0x5e10_ade5_0002,
         (workload_objects(), any::<bool>()),
         |(objects, auto_reload_all)| {
-            let report = reloader::audit::audit(
+            let report = conflux_reloader::audit::audit(
                 &objects,
                 Options {
                     auto_reload_all,
@@ -365,9 +365,9 @@ fn any_json() -> impl Strategy<Value = serde_json::Value> {
 
 #[test]
 fn provider_statuses_and_job_replacements_hostile() {
-    use reloader::job::{GENERATED_LABELS, Record, replacement};
-    use reloader::patch::{WorkloadPatch, WorkloadState};
-    use reloader::source::ProviderMount;
+    use conflux_reloader::job::{GENERATED_LABELS, Record, replacement};
+    use conflux_reloader::patch::{WorkloadPatch, WorkloadState};
+    use conflux_reloader::source::ProviderMount;
     check(
         "provider_statuses_and_job_replacements_hostile",
         20_000,
@@ -518,7 +518,7 @@ fn reload_policies_hostile() {
         |(policies, mut objects)| {
             for policy in &policies {
                 // The spec alone: compiled or refused with a stable reason, never a panic.
-                if let Ok(spec) = serde_json::from_value::<reloader::policy::ReloadPolicySpec>(
+                if let Ok(spec) = serde_json::from_value::<conflux_reloader::policy::ReloadPolicySpec>(
                     policy["spec"].clone(),
                 ) && let Err(err) = spec.compile("p")
                 {
@@ -527,10 +527,10 @@ fn reload_policies_hostile() {
                 }
             }
             objects.extend(policies);
-            let report = reloader::audit::audit(&objects, Options::default());
+            let report = conflux_reloader::audit::audit(&objects, Options::default());
             for edge in &report.edges {
                 let _ = edge.why();
-                if edge.reason == reloader::opt_in::Reason::Policy {
+                if edge.reason == conflux_reloader::opt_in::Reason::Policy {
                     prop_assert!(edge.policy.is_some(), "{edge:?}");
                 }
             }

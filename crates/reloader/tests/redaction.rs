@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 
+use conflux_reloader::consumers::{Consumption, Keys};
+use conflux_reloader::hash::{ConfigData, content_hash};
 use conflux_tests::leak::{
     DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
     assert_debug_redacted as assert_redacted,
 };
+use conflux_watch_index::refs::ConfigKind;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use reloader::consumers::{Consumption, Keys};
-use reloader::hash::{ConfigData, content_hash};
-use watch_index::refs::ConfigKind;
 
 fn bytes(s: &str) -> ByteString {
     ByteString(s.as_bytes().to_vec())
@@ -72,11 +72,11 @@ fn content_hash_shows_no_value() {
         keys: Keys::All,
         optional: false,
     }];
-    let opt_in = reloader::opt_in::OptIn::parse(
+    let opt_in = conflux_reloader::opt_in::OptIn::parse(
         Some(&[("reloader.stakater.com/auto".to_owned(), "true".to_owned())].into()),
         None,
     );
-    let watch = reloader::opt_in::watch(&watched, &opt_in, Default::default(), &());
+    let watch = conflux_reloader::opt_in::watch(&watched, &opt_in, Default::default(), &());
     let hash = content_hash(&watch, |_, _| Some(ConfigData::from_secret(&secret)));
     assert_redacted("ContentHash", &hash, &["hex", "db-creds"]);
 }

@@ -3,16 +3,16 @@
 
 use std::collections::BTreeMap;
 
+use conflux_reloader::Workload;
+use conflux_reloader::hash::{ConfigData, content_hash};
+use conflux_reloader::index::ConsumerIndex;
+use conflux_reloader::opt_in::{NamespaceConfigs, Options, watch};
+use conflux_reloader::patch::{Action, WorkloadState, decide};
+use conflux_watch_index::refs::ConfigKind;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use reloader::Workload;
-use reloader::hash::{ConfigData, content_hash};
-use reloader::index::ConsumerIndex;
-use reloader::opt_in::{NamespaceConfigs, Options, watch};
-use reloader::patch::{Action, WorkloadState, decide};
 use serde_json::{Value, json};
-use watch_index::refs::ConfigKind;
 
 /// ConfigMaps and Secrets of namespace `ns`, by name.
 #[derive(Default, Clone)]

@@ -14,7 +14,7 @@ use serde::de::DeserializeOwned;
 use crate::{Health, Informer, MetaStore, Runtime, StoredMeta};
 
 /// ConfigMap or Secret, as a value. Libraries with a kind enum of their own convert to and from
-/// it (`watch_index::refs::ConfigKind` does).
+/// it (`conflux_watch_index::refs::ConfigKind` does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[non_exhaustive]
 pub enum Kind {

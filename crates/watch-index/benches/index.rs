@@ -6,11 +6,11 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;
 
+use conflux_watch_index::index::ReverseIndex;
+use conflux_watch_index::refs::{ConfigKind, ReferenceSet, Referrer};
+use conflux_watch_index::selector::Selector;
+use conflux_watch_index::trigger::DEFAULT_WATCH_CONFIGS_SELECTOR;
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use watch_index::index::ReverseIndex;
-use watch_index::refs::{ConfigKind, ReferenceSet, Referrer};
-use watch_index::selector::Selector;
-use watch_index::trigger::DEFAULT_WATCH_CONFIGS_SELECTOR;
 
 mod common;
 
@@ -90,7 +90,7 @@ fn benches(c: &mut Criterion) {
         })
     });
     g.bench_function("index_dependency_order", |b| {
-        let key = watch_index::refs::ConfigKey::new(
+        let key = conflux_watch_index::refs::ConfigKey::new(
             ConfigKind::ConfigMap,
             common::namespace(42),
             "cluster-vars",

@@ -1,11 +1,11 @@
 //! Heap bytes per edge of the reverse index at 100k referrers × 4 references, measured with a
-//! counting allocator. Run: `cargo bench -p watch-index --bench memory`.
+//! counting allocator. Run: `cargo bench -p conflux-watch-index --bench memory`.
 
 use std::alloc::System;
 
+use conflux_watch_index::index::ReverseIndex;
+use conflux_watch_index::refs::{ReferenceSet, Referrer};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use watch_index::index::ReverseIndex;
-use watch_index::refs::{ReferenceSet, Referrer};
 
 mod common;
 

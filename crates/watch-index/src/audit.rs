@@ -8,9 +8,9 @@
 //!
 //! ```
 //! use serde_json::json;
-//! use watch_index::audit::{audit, Severity};
-//! use watch_index::refs::ReferenceSet;
-//! use watch_index::selector::Selector;
+//! use conflux_watch_index::audit::{audit, Severity};
+//! use conflux_watch_index::refs::ReferenceSet;
+//! use conflux_watch_index::selector::Selector;
 //!
 //! let objects = [
 //!     json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",

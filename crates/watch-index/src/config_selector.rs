@@ -9,8 +9,8 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use watch_index::config_selector::{ConfigMeta, ConfigSelector};
-//! use watch_index::refs::ConfigKind;
+//! use conflux_watch_index::config_selector::{ConfigMeta, ConfigSelector};
+//! use conflux_watch_index::refs::ConfigKind;
 //!
 //! let sel: ConfigSelector = serde_json::from_str(
 //!     r#"{"kinds":["Secret"],"namespaces":["team-*"],"names":["registry-*"]}"#,

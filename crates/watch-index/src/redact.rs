@@ -14,7 +14,7 @@
 //! use std::collections::BTreeMap;
 //! use k8s_openapi::ByteString;
 //! use k8s_openapi::api::core::v1::Secret;
-//! use watch_index::redact::RedactedSecret;
+//! use conflux_watch_index::redact::RedactedSecret;
 //!
 //! let mut secret = Secret::default();
 //! secret.metadata.name = Some("db".into());

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use watch_index::selector::Selector;
+//! use conflux_watch_index::selector::Selector;
 //!
 //! let sel = Selector::parse("app in (web, api), tier!=db").unwrap();
 //! assert_eq!(sel.to_string(), "app in (api,web),tier!=db");
@@ -358,7 +358,7 @@ impl Selector {
     ///
     /// ```
     /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-    /// use watch_index::selector::Selector;
+    /// use conflux_watch_index::selector::Selector;
     ///
     /// let ls: LabelSelector = serde_json::from_str(
     ///     r#"{"matchLabels":{"app":"web"},"matchExpressions":[{"key":"tier","operator":"Exists"}]}"#,

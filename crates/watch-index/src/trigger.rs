@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use std::collections::BTreeMap;
-//! use watch_index::trigger::{Decision, Event, Mode, Observed, Trigger, Why};
+//! use conflux_watch_index::trigger::{Decision, Event, Mode, Observed, Trigger, Why};
 //!
 //! let trigger = Trigger::from_flag("reconcile.fluxcd.io/watch=Enabled", Mode::Upstream).unwrap();
 //! let labels = BTreeMap::from([("reconcile.fluxcd.io/watch".to_owned(), "Enabled".to_owned())]);

@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::PathBuf;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde_json::Value;
-use watch_index::selector::{
+use conflux_watch_index::selector::{
     Requirement, Selector, validate_key, validate_label_selector, validate_value,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde_json::Value;
 
 fn vectors_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/label-selectors.jsonl")
@@ -95,7 +95,7 @@ fn check(case: &Value) -> Result<(), String> {
 
 fn check_selector(
     case: &Value,
-    result: Result<Selector, watch_index::Error>,
+    result: Result<Selector, conflux_watch_index::Error>,
 ) -> Result<(), String> {
     if let Some(want) = case["error"].as_str() {
         let allowed = match case.get("error_one_of") {

@@ -8,11 +8,13 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::refs::{FieldPath, ReferenceSet, parse_copy_from};
+use conflux_watch_index::selector::{
+    Selector, validate_key, validate_label_selector, validate_value,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use watch_index::refs::{FieldPath, ReferenceSet, parse_copy_from};
-use watch_index::selector::{Selector, validate_key, validate_label_selector, validate_value};
 
 use conflux_tests::props::check;
 

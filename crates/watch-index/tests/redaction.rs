@@ -7,13 +7,13 @@ use conflux_tests::leak::{
     DEBUG_MARKER as MARKER, DEBUG_MARKER_BASE64 as MARKER_BASE64, DEBUG_PEM as PEM,
     assert_debug_redacted as assert_redacted,
 };
+use conflux_watch_index::redact::{
+    Redacted, RedactedConfigMap, RedactedJson, RedactedMap, RedactedMeta, RedactedSecret,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::json;
-use watch_index::redact::{
-    Redacted, RedactedConfigMap, RedactedJson, RedactedMap, RedactedMeta, RedactedSecret,
-};
 
 fn bytes(s: &str) -> ByteString {
     ByteString(s.as_bytes().to_vec())

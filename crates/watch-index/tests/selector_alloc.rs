@@ -5,8 +5,8 @@
 use std::alloc::System;
 use std::collections::{BTreeMap, HashMap};
 
+use conflux_watch_index::selector::{Labels, Selector};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
-use watch_index::selector::{Labels, Selector};
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;

@@ -6,9 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use proptest::prelude::*;
-use watch_index::selector::Selector;
 
 /// Pieces the lexer treats specially, plus keys, values, NUL and non-ASCII text, so generated
 /// strings reach deep into the grammar instead of failing at the first byte.

@@ -8,20 +8,20 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_copy_core::ConfigSync;
+use conflux_copy_core::runtime::copy::{self, CopyConfig};
+use conflux_copy_core::runtime::sync::{self, SyncConfig};
+use conflux_copy_core::runtime::{ApplyLabels, CopyMetrics};
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, cluster, eventually, label_namespace};
-use copy_core::ConfigSync;
-use copy_core::runtime::copy::{self, CopyConfig};
-use copy_core::runtime::sync::{self, SyncConfig};
-use copy_core::runtime::{ApplyLabels, CopyMetrics};
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
-use watch_index::selector::Selector;
 
 /// The label that shards objects between operators, as Flux does; each test has its own value.
 pub const SHARD: &str = "sharding.fluxcd.io/key";

@@ -8,6 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use conflux_reloader::runtime::{
+    self as reload, Context, DecisionLabels, ReloadConfig, ReloadMetrics, RolloutLabels,
+};
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::Runtime;
 use conflux_tests::{Cluster, eventually};
@@ -16,9 +19,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use reloader::runtime::{
-    self as reload, Context, DecisionLabels, ReloadConfig, ReloadMetrics, RolloutLabels,
-};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 

@@ -27,6 +27,9 @@ use conflux_runtime::backoff::{KeyedBackoff, Policy};
 use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::{Health, Informer, Runtime};
+use conflux_watch_index::index::ReverseIndex;
+use conflux_watch_index::refs::{ObjectRef, ReferenceSet};
+use conflux_watch_index::selector::Selector;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::PartialObjectMeta;
@@ -35,9 +38,6 @@ use kube::runtime::events::Recorder;
 use kube::runtime::reflector::{ObjectRef as KubeObjectRef, Store};
 use kube::{Client, ResourceExt};
 use tracing::{debug, info};
-use watch_index::index::ReverseIndex;
-use watch_index::refs::{ObjectRef, ReferenceSet};
-use watch_index::selector::Selector;
 
 use super::executor::{
     apply_returning_meta, delete_uid, get_object, merge_patch, object_reference, recreate,
@@ -194,7 +194,7 @@ async fn run_kind<K: ConfigResource>(
     ctx: Arc<Context>,
     health: Arc<Health>,
 ) {
-    let kind = SourceKind::from(watch_index::refs::ConfigKind::from(K::KIND));
+    let kind = SourceKind::from(conflux_watch_index::refs::ConfigKind::from(K::KIND));
     let informer = configs.informer::<K>();
     let target_ctx = ctx.clone();
     // Only the copy targets (objects with a pull annotation) are kept for the controller; the

@@ -618,13 +618,13 @@ fn kopy_source_gone_copies_orphaned_then_released() {
     let src = source(&[("token", "v")]);
     let live = FanOut::kopy(
         &src.source_ref(),
-        watch_index::selector::Selector::parse("role=tenant").unwrap(),
+        conflux_watch_index::selector::Selector::parse("role=tenant").unwrap(),
     );
     let mut objects = vec![our_copy(&live, &src, "team-a"), foreign("team-b")];
     // The source (or its annotation) is gone: only its identity is left.
     let gone = FanOut::kopy(
         &src.source_ref(),
-        watch_index::selector::Selector::nothing(),
+        conflux_watch_index::selector::Selector::nothing(),
     );
     let steps = plan_sync(&gone, None, views_of(CLUSTER).iter().map(view), &objects);
     assert_eq!(

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine as _;
-use postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
+use conflux_postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -637,7 +637,7 @@ fn strategic_merge(
 /// label and annotation selectors as Kubernetes parses them.
 struct Target {
     fields: Vec<(&'static str, regex::Regex)>,
-    selectors: Vec<(&'static str, watch_index::selector::Selector)>,
+    selectors: Vec<(&'static str, conflux_watch_index::selector::Selector)>,
 }
 
 impl Target {
@@ -663,7 +663,7 @@ impl Target {
             let Some(selector) = target.get(field).and_then(Value::as_str) else {
                 continue;
             };
-            let selector = watch_index::selector::Selector::parse(selector)
+            let selector = conflux_watch_index::selector::Selector::parse(selector)
                 .map_err(|e| Error::Build(format!("patch target {field} '{selector}': {e}")))?;
             selectors.push((metadata, selector));
         }

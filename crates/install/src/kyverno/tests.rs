@@ -332,16 +332,17 @@ fn imported_objects_are_valid_conflux_objects() {
         let name = object["metadata"]["name"].as_str().unwrap();
         match object["kind"].as_str().unwrap() {
             "ConfigSync" => {
-                let sync: copy_core::ConfigSync = serde_json::from_value(object.clone()).unwrap();
-                copy_core::FanOut::from_config_sync(name, &sync.spec).unwrap();
+                let sync: conflux_copy_core::ConfigSync =
+                    serde_json::from_value(object.clone()).unwrap();
+                conflux_copy_core::FanOut::from_config_sync(name, &sync.spec).unwrap();
             }
             "ProtectPolicy" => {
-                let policy: copy_core::ProtectPolicy =
+                let policy: conflux_copy_core::ProtectPolicy =
                     serde_json::from_value(object.clone()).unwrap();
-                copy_core::protect_crd::validate(name, &policy.spec).unwrap();
+                conflux_copy_core::protect_crd::validate(name, &policy.spec).unwrap();
             }
             "ReloadPolicy" => {
-                let policy: reloader::policy::ReloadPolicy =
+                let policy: conflux_reloader::policy::ReloadPolicy =
                     serde_json::from_value(object.clone()).unwrap();
                 policy.spec.compile(name).unwrap();
             }

@@ -418,7 +418,7 @@ impl Case {
             .unwrap_or_default();
         assert!(metrics.contains("conflux_"), "metrics answered");
         leak::assert_clean("metrics", &metrics);
-        let syncs: Api<copy_core::ConfigSync> = Api::all(self.client.clone());
+        let syncs: Api<conflux_copy_core::ConfigSync> = Api::all(self.client.clone());
         let statuses: Vec<_> = syncs
             .list(&ListParams::default())
             .await

@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use conflux_reloader::Workload;
+use conflux_reloader::hash::{ConfigData, content_hash};
+use conflux_reloader::index::ConsumerIndex;
+use conflux_reloader::opt_in::{Options, watch};
 use conflux_tests::{eventually, objects};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::events::v1::Event;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
-use reloader::Workload;
-use reloader::hash::{ConfigData, content_hash};
-use reloader::index::ConsumerIndex;
-use reloader::opt_in::{Options, watch};
 use serde_json::{Value, json};
 use tokio::sync::{Mutex, MutexGuard};
 

@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use std::collections::HashMap;
-//! use postbuild_subst::envsubst::{eval, Mode};
+//! use conflux_postbuild_subst::envsubst::{eval, Mode};
 //!
 //! let vars = HashMap::from([("app".to_string(), "web".to_string())]);
 //! let text = eval("name: ${app}-${env:=dev} $${literal}", &vars, Mode::NonStrict)?;
@@ -11,7 +11,7 @@
 //!
 //! let err = eval("${missing}", &vars, Mode::Strict).unwrap_err();
 //! assert_eq!(err.to_string(), r#"variable not set (strict mode): "missing""#);
-//! # Ok::<(), postbuild_subst::Error>(())
+//! # Ok::<(), conflux_postbuild_subst::Error>(())
 //! ```
 //!
 //! Behaviour worth knowing (all of it upstream's):

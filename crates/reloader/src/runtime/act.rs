@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use conflux_runtime::events::publish;
 use conflux_runtime::queue::Next;
+use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
-use watch_index::refs::ObjectRef;
 
 use super::cache::Owned;
 use super::context::{Context, reference};

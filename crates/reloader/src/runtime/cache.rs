@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use conflux_runtime::ConfigWatches;
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{ApiResource, DynamicObject};
-use watch_index::refs::{ConfigKind, ObjectRef};
-use watch_index::selector::Selector;
 
 use super::providers::ProviderStore;
 use crate::index::{ConsumerIndex, IndexedWorkload};

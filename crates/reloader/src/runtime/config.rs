@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use watch_index::selector::Selector;
+use conflux_watch_index::selector::Selector;
 
 use crate::WorkloadKind;
 use crate::filters::NamespaceFilter;

@@ -7,11 +7,11 @@ use conflux_runtime::Informer;
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::queue::{Limit, Window, WorkQueue};
 use conflux_runtime::sync::lock;
+use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::Client;
 use kube::api::PartialObjectMeta;
 use kube::runtime::events::Recorder;
-use watch_index::refs::ObjectRef;
 
 use super::cache::{Owned, State};
 use super::config::ReloadConfig;

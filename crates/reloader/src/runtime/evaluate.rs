@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::queue::Next;
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 use futures::StreamExt;
 use tracing::debug;
-use watch_index::refs::{ConfigKind, ObjectRef};
 
 use super::act::{self, Applied};
 use super::cache::NamespaceView;

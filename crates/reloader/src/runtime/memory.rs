@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use conflux_runtime::backoff::Policy;
 use conflux_runtime::queue::{Next, Opening};
+use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams};
 use tracing::{debug, info, warn};
-use watch_index::refs::ObjectRef;
 
 use super::context::Context;
 use super::work::Work;
@@ -264,7 +264,10 @@ mod tests {
         // A metadata-only write of a config: newer versions, same baseline, no write.
         let mut newer = entry.clone();
         newer.versions.insert(
-            (watch_index::refs::ConfigKind::ConfigMap, "cm".into()),
+            (
+                conflux_watch_index::refs::ConfigKind::ConfigMap,
+                "cm".into(),
+            ),
             Some("7".into()),
         );
         assert!(!memory.refresh(&web, newer.clone()));

@@ -67,11 +67,11 @@ use conflux_runtime::backoff::Policy;
 use conflux_runtime::queue::{Gate, Next, QueueConfig, WorkQueue};
 use conflux_runtime::sync::lock;
 use conflux_runtime::{ConfigWatches, Informer, Probe, Runtime};
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use tracing::{info, warn};
-use watch_index::selector::Selector;
 
 use crate::WorkloadKind;
 use work::{Causes, Work};

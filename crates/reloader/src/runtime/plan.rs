@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use watch_index::refs::{ConfigKind, ObjectRef};
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 
 use super::cache::Owned;
 use super::work::Causes;

@@ -8,10 +8,10 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::configs::ConfigResource;
+use conflux_watch_index::refs::ConfigKind;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, ListParams};
-use watch_index::refs::ConfigKind;
 
 use super::Context;
 use super::metrics::ReadLabels;

@@ -27,12 +27,12 @@ use std::time::Duration;
 use conflux_runtime::backoff::Policy;
 use conflux_runtime::events::publish;
 use conflux_runtime::queue::Next;
+use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions, PropagationPolicy};
 use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
-use watch_index::refs::ObjectRef;
 
 use super::cache::Recreation;
 use super::context::{Context, reference_to};

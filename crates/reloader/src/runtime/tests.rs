@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use conflux_runtime::queue::{Gate, Next, QueueConfig, QueueMetrics, WorkQueue};
 use conflux_runtime::{ConfigWatches, Informer, WatchMetrics, Watched};
+use conflux_watch_index::refs::ObjectRef;
 use futures::FutureExt;
 use futures::channel::mpsc;
 use http::{Method, Request, Response, StatusCode};
@@ -18,7 +19,6 @@ use kube::api::{ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, Partia
 use kube::client::Body;
 use kube::runtime::watcher::{self, Event};
 use serde_json::{Value, json};
-use watch_index::refs::ObjectRef;
 
 use super::cache::Memory;
 use super::work::{Causes, Work};
@@ -373,7 +373,7 @@ impl Harness {
         m.metadata.labels = serde_json::from_value(stored["metadata"]["labels"].clone()).ok();
         watches::on_config(
             &self.ctx,
-            watch_index::refs::ConfigKind::ConfigMap,
+            conflux_watch_index::refs::ConfigKind::ConfigMap,
             &m.metadata,
         );
         send(&self.cm_feed, [Event::Apply(m)]);

@@ -10,11 +10,11 @@ use conflux_runtime::client::object_id;
 use conflux_runtime::configs::ConfigResource;
 use conflux_runtime::queue::Opening;
 use conflux_runtime::{Change, Subscription};
+use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use tracing::{debug, warn};
-use watch_index::refs::{ConfigKind, ObjectRef};
 
 use super::act::schedule_resume;
 use super::cache::{Owned, State};

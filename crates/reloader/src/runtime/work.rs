@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use conflux_runtime::queue::Payload;
-use watch_index::refs::ObjectRef;
+use conflux_watch_index::refs::ObjectRef;
 
 use crate::source::SourceKind;
 

@@ -16,11 +16,11 @@
 //! # use futures::StreamExt;
 //! # use k8s_openapi::api::core::v1::Secret;
 //! # use kube::runtime::controller::{Action, Controller};
-//! # use watch_index::refs::{ConfigKind, ReferenceSet};
-//! # use watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
+//! # use conflux_watch_index::refs::{ConfigKind, ReferenceSet};
+//! # use conflux_watch_index::runtime::trigger::{ConfigTrigger, ReferrerIndex};
 //! # use conflux_runtime::Runtime;
 //! # use conflux_runtime::ConfigWatches;
-//! # use watch_index::trigger::{Mode, Trigger};
+//! # use conflux_watch_index::trigger::{Mode, Trigger};
 //! # async fn doc(client: kube::Client) -> Result<(), Box<dyn std::error::Error>> {
 //! # type Widget = k8s_openapi::api::core::v1::ConfigMap;
 //! let rt = Runtime::new(client.clone());

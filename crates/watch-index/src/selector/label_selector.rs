@@ -60,7 +60,7 @@ pub(super) fn as_selector(selector: Option<&LabelSelector>) -> Result<Selector, 
 ///
 /// ```
 /// use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-/// use watch_index::selector::validate_label_selector;
+/// use conflux_watch_index::selector::validate_label_selector;
 ///
 /// let ls: LabelSelector = serde_json::from_str(r#"{"matchExpressions":[{"key":"x","operator":"Gt"}]}"#).unwrap();
 /// assert_eq!(

@@ -46,7 +46,7 @@ pub(super) async fn run_annotated<K: ConfigResource>(
     configs: &ConfigWatches,
     health: &Health,
 ) {
-    let kind = SourceKind::from(watch_index::refs::ConfigKind::from(K::KIND));
+    let kind = SourceKind::from(conflux_watch_index::refs::ConfigKind::from(K::KIND));
     let informer = configs.informer::<K>();
     let trusted = ctx.config.sync_source_namespaces.clone();
     let source_ctx = ctx.clone();

@@ -40,12 +40,12 @@ use conflux_runtime::ConfigWatches;
 use conflux_runtime::backoff::{KeyedBackoff, Policy};
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::{Informer, Runtime};
+use conflux_watch_index::runtime::sharded;
+use conflux_watch_index::selector::Selector;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::Client;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::events::Recorder;
-use watch_index::runtime::sharded;
-use watch_index::selector::Selector;
 
 use super::CopyMetrics;
 use crate::{ConfigSync, Error, SourceRef};
