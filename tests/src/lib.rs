@@ -285,6 +285,15 @@ impl Cluster {
         Client::try_from(self.config().await).unwrap_or_else(|e| panic!("building client: {e}"))
     }
 
+    /// The admin impersonating `user` in `groups`, as `kubectl --as --as-group` does.
+    pub async fn impersonating(&self, user: &str, groups: &[&str]) -> Client {
+        let mut config = self.config().await;
+        config.auth_info.impersonate = Some(user.to_owned());
+        config.auth_info.impersonate_groups =
+            Some(groups.iter().map(|g| (*g).to_owned()).collect());
+        Client::try_from(config).unwrap_or_else(|e| panic!("building client: {e}"))
+    }
+
     /// A client authenticated as one of the static-token users (`alice`, `bob`, both in the group
     /// `tenants`, with no permissions until a test grants them), for RBAC tests.
     pub async fn client_as(&self, user: &str) -> Client {
@@ -414,6 +423,15 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let status = response.split_whitespace().nth(1)?.parse().ok()?;
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
     Some((status, body))
+}
+
+/// The API server's message for a refused request (empty when it succeeded).
+pub fn refusal<T>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Ok(_) => String::new(),
+        Err(kube::Error::Api(status)) => status.message,
+        Err(other) => other.to_string(),
+    }
 }
 
 /// Sets namespace labels (a merge patch).

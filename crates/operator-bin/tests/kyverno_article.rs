@@ -23,7 +23,7 @@ use fault_support::Conflux;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Client, Config, CustomResourceExt};
+use kube::{Client, CustomResourceExt};
 use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-kyverno-article-test";
@@ -34,22 +34,6 @@ const ARTICLE: &str = concat!(
 
 async fn apply(client: &Client, object: &Value) {
     conflux_tests::objects::apply(client, MANAGER, object).await;
-}
-
-/// The admin impersonating `user`, as `kubectl --as` does.
-async fn impersonating(user: &str) -> Client {
-    let mut config: Config = conflux_tests::cluster().config().await;
-    config.auth_info.impersonate = Some(user.to_owned());
-    Client::try_from(config).expect("client")
-}
-
-/// The error message of a refused request (empty when it succeeded).
-fn refusal<T>(result: Result<T, kube::Error>) -> String {
-    match result {
-        Ok(_) => String::new(),
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => other.to_string(),
-    }
 }
 
 async fn install_crd<K: CustomResourceExt>(client: &Client) {
@@ -263,8 +247,11 @@ async fn the_articles_policies_imported_and_applied_do_what_kyverno_did() {
     }
 
     // The tenant can neither change nor delete the source, and is told why.
-    let tenant = Api::<Secret>::namespaced(impersonating("tenant").await, "platform");
-    let changed = refusal(
+    let tenant = Api::<Secret>::namespaced(
+        conflux_tests::cluster().impersonating("tenant", &[]).await,
+        "platform",
+    );
+    let changed = conflux_tests::refusal(
         tenant
             .patch(
                 "blogsecret",
@@ -273,7 +260,8 @@ async fn the_articles_policies_imported_and_applied_do_what_kyverno_did() {
             )
             .await,
     );
-    let deleted = refusal(tenant.delete("blogsecret", &DeleteParams::default()).await);
+    let deleted =
+        conflux_tests::refusal(tenant.delete("blogsecret", &DeleteParams::default()).await);
     for refused in [&changed, &deleted] {
         assert!(
             refused.contains("This Secret is protected and may not be altered or deleted."),

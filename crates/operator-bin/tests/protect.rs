@@ -14,7 +14,7 @@ use conflux_tests::{eventually, free_port};
 use fault_support::Conflux;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-protect-test";
@@ -25,23 +25,6 @@ const WHILE_COPIED: &str = "protect.conflux.dev/while-copied";
 
 async fn apply(client: &Client, object: Value) {
     conflux_tests::objects::apply(client, MANAGER, &object).await;
-}
-
-/// The admin impersonating `user` (in the group `tenants`), as `kubectl --as` does.
-async fn impersonating(user: &str) -> Client {
-    let mut config: Config = conflux_tests::cluster().config().await;
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = Some(vec!["tenants".to_owned()]);
-    Client::try_from(config).expect("client")
-}
-
-/// The error message of a refused request (empty when it succeeded).
-fn refusal<T>(result: Result<T, kube::Error>) -> String {
-    match result {
-        Ok(_) => String::new(),
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => other.to_string(),
-    }
 }
 
 async fn labels_of(api: &Api<Secret>, name: &str) -> std::collections::BTreeMap<String, String> {
@@ -166,13 +149,15 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
             .is_none()
     );
 
-    let alice = impersonating("alice").await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
     let secrets: Api<Secret> = Api::namespaced(alice.clone(), &src);
     let dp = DeleteParams::default();
     let pp = PatchParams::default();
 
     // Deletes: refused, saying why and how.
-    let message = refusal(secrets.delete("fanned", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("fanned", &dp).await);
     assert!(
         message.contains(&format!("ConfigSync/{sync_name}")),
         "{message}"
@@ -181,22 +166,28 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         message.contains("Secret") && message.contains("fanned"),
         "{message}"
     );
-    let message = refusal(secrets.delete("pulled", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("pulled", &dp).await);
     assert!(
         message.contains(&format!("Secret/{dst}/pulled (copyFrom)")),
         "{message}"
     );
-    let message = refusal(secrets.delete("opted-in", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("opted-in", &dp).await);
     assert!(message.contains(ENABLED), "{message}");
     conflux_tests::leak::assert_clean("a denial", &message);
 
     // Data, type and immutability: refused.
     let data = json!({"data": {"leak-raw": conflux_tests::leak::base64(b"changed")}});
-    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&data)).await).is_empty());
-    assert!(!refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&data)).await).is_empty());
+    assert!(
+        !conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&data)).await)
+            .is_empty()
+    );
+    assert!(
+        !conflux_tests::refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&data)).await)
+            .is_empty()
+    );
     let immutable = json!({"immutable": true});
     assert!(
-        !refusal(
+        !conflux_tests::refusal(
             secrets
                 .patch("pulled", &pp, &Patch::Merge(&immutable))
                 .await
@@ -207,18 +198,24 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
     // Labels and annotations: allowed, except those that protect.
     let label = json!({"metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}}});
     assert_eq!(
-        refusal(secrets.patch("fanned", &pp, &Patch::Merge(&label)).await),
+        conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&label)).await),
         ""
     );
     let strip = json!({"metadata": {"labels": {PROTECTED: null}}});
-    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
+    assert!(
+        !conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await)
+            .is_empty()
+    );
     let strip = json!({"metadata": {"annotations": {DEPENDENTS: null}}});
-    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
+    assert!(
+        !conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await)
+            .is_empty()
+    );
     // The owner's own label (no exemptions named): whoever may edit the object may remove it,
     // after which its content may change.
     let strip = json!({"metadata": {"labels": {ENABLED: null}}});
     assert_eq!(
-        refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&strip)).await),
+        conflux_tests::refusal(secrets.patch("opted-in", &pp, &Patch::Merge(&strip)).await),
         ""
     );
     assert_eq!(
@@ -238,14 +235,17 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
     )
     .await;
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             cms.patch("scratch", &pp, &Patch::Merge(&json!({"data": {"a": "2"}})))
                 .await
         ),
         ""
     );
-    assert_eq!(refusal(cms.delete("scratch", &dp).await), "");
-    assert_eq!(refusal(secrets.delete("free", &dp).await), "");
+    assert_eq!(conflux_tests::refusal(cms.delete("scratch", &dp).await), "");
+    assert_eq!(
+        conflux_tests::refusal(secrets.delete("free", &dp).await),
+        ""
+    );
 
     // Latency: the same label flip on a protected Secret (webhook called) and on an unprotected
     // ConfigMap (no webhook), 200 times each.
@@ -315,7 +315,10 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         },
     )
     .await;
-    assert_eq!(refusal(secrets.delete("fanned", &dp).await), "");
+    assert_eq!(
+        conflux_tests::refusal(secrets.delete("fanned", &dp).await),
+        ""
+    );
 
     // conflux stopped: unprotected objects are never blocked; protected ones stay protected
     // (failurePolicy Fail), which is the trade-off.
@@ -327,7 +330,7 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
     )
     .await;
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             cms.patch(
                 "while-down",
                 &pp,
@@ -337,8 +340,11 @@ async fn tenants_cannot_delete_or_rewrite_what_conflux_copies_from() {
         ),
         ""
     );
-    assert_eq!(refusal(cms.delete("while-down", &dp).await), "");
-    let message = refusal(secrets.delete("pulled", &dp).await);
+    assert_eq!(
+        conflux_tests::refusal(cms.delete("while-down", &dp).await),
+        ""
+    );
+    let message = conflux_tests::refusal(secrets.delete("pulled", &dp).await);
     assert!(
         !message.is_empty(),
         "a protected object stays protected while conflux is down"
@@ -446,7 +452,9 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         "stringData": conflux_tests::leak::string_data()}),
     )
     .await;
-    let alice = impersonating("alice").await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
     let secrets: Api<Secret> = Api::namespaced(alice, &src);
     // alice has no rights here; the webhook answers first only if RBAC allows, so grant edit.
     apply(
@@ -457,7 +465,7 @@ async fn certificates_from_a_directory_or_renewed_and_kube_system_left_alone() {
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "alice"}]}),
     )
     .await;
-    let message = refusal(secrets.delete("guarded", &DeleteParams::default()).await);
+    let message = conflux_tests::refusal(secrets.delete("guarded", &DeleteParams::default()).await);
     assert!(
         message.contains(ENABLED),
         "served with the directory's certificate: {message}"
@@ -556,7 +564,9 @@ async fn kube_system_objects_never_reach_the_webhook() {
         )
         .await;
     }
-    let alice = impersonating("alice").await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
     let (pp, dp) = (PatchParams::default(), DeleteParams::default());
     let name = format!("guarded-{}", std::process::id());
     // Labelled by hand, without conflux's dependents annotation: the labeller only unlabels what
@@ -573,8 +583,8 @@ async fn kube_system_objects_never_reach_the_webhook() {
         let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), ns);
         let before = webhook_requests(&conflux);
         let data = json!({"data": {"a": "2"}});
-        let changed = refusal(cms.patch(&name, &pp, &Patch::Merge(&data)).await);
-        let deleted = refusal(cms.delete(&name, &dp).await);
+        let changed = conflux_tests::refusal(cms.patch(&name, &pp, &Patch::Merge(&data)).await);
+        let deleted = conflux_tests::refusal(cms.delete(&name, &dp).await);
         let after = webhook_requests(&conflux);
         if ns == "kube-system" {
             assert_eq!(changed, "", "kube-system is never protected");

@@ -19,7 +19,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams,
 };
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-protect-policy-test";
@@ -55,23 +55,6 @@ async fn apply_cluster_rbac(client: &Client, object: &Value) {
         )
         .await
         .unwrap_or_else(|e| panic!("apply {kind} {name}: {e}"));
-}
-
-/// The admin impersonating `user` in `groups`, as `kubectl --as --as-group` does.
-async fn impersonating(user: &str, groups: &[&str]) -> Client {
-    let mut config: Config = conflux_tests::cluster().config().await;
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
-    Client::try_from(config).expect("client")
-}
-
-/// The error message of a refused request (empty when it succeeded).
-fn refusal<T>(result: Result<T, kube::Error>) -> String {
-    match result {
-        Ok(_) => String::new(),
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => other.to_string(),
-    }
 }
 
 /// RFC 7386 merge patch of `patch` onto `target`.
@@ -243,7 +226,9 @@ where
     eventually(
         &format!("the policy enforced on {name}"),
         Duration::from_secs(30),
-        || async { (!refusal(api.delete(name, &dry).await).is_empty()).then_some(()) },
+        || async {
+            (!conflux_tests::refusal(api.delete(name, &dry).await).is_empty()).then_some(())
+        },
     )
     .await;
 }
@@ -420,14 +405,16 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         .await;
     }
 
-    let alice = impersonating("alice", &["tenants"]).await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
     let secrets: Api<Secret> = Api::namespaced(alice.clone(), &src);
     let dp = DeleteParams::default();
     let pp = PatchParams::default();
     wait_enforced(&secrets, "opted-in").await;
 
     // The same assertions as the webhook's scenario, on real requests.
-    let message = refusal(secrets.delete("fanned", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("fanned", &dp).await);
     assert!(
         message.contains(&format!("ConfigSync/{sync_name}")),
         "{message}"
@@ -438,22 +425,28 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
     );
     assert!(message.contains("To unprotect it"), "{message}");
     eprintln!("the API server's denial: {message}");
-    let message = refusal(secrets.delete("pulled", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("pulled", &dp).await);
     assert!(
         message.contains(&format!("Secret/{dst}/pulled (copyFrom)")),
         "{message}"
     );
-    let message = refusal(secrets.delete("opted-in", &dp).await);
+    let message = conflux_tests::refusal(secrets.delete("opted-in", &dp).await);
     assert!(message.contains(ENABLED), "{message}");
     let data = json!({"data": {"leak-raw": conflux_tests::leak::base64(b"changed")}});
-    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&data)).await).is_empty());
+    assert!(
+        !conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&data)).await)
+            .is_empty()
+    );
     let label = json!({"metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}}});
     assert_eq!(
-        refusal(secrets.patch("fanned", &pp, &Patch::Merge(&label)).await),
+        conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&label)).await),
         ""
     );
     let strip = json!({"metadata": {"labels": {PROTECTED: null}}});
-    assert!(!refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await).is_empty());
+    assert!(
+        !conflux_tests::refusal(secrets.patch("fanned", &pp, &Patch::Merge(&strip)).await)
+            .is_empty()
+    );
     let fanned = admin_secrets.get("fanned").await.expect("fanned");
     assert_eq!(
         fanned.labels().get("team").map(String::as_str),
@@ -614,7 +607,7 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         ("erin", &["system:masters"]),
     ];
     for (user, groups) in identities {
-        let client = impersonating(user, groups).await;
+        let client = conflux_tests::cluster().impersonating(user, groups).await;
         let api: Api<Secret> = Api::namespaced(client, &src);
         // Users other than alice have no RBAC in this namespace: grant them edit too.
         apply(
@@ -632,7 +625,7 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
                 "the policy's allow list in force",
                 Duration::from_secs(30),
                 || async {
-                    refusal(api.delete("fanned", &dry_delete).await)
+                    conflux_tests::refusal(api.delete("fanned", &dry_delete).await)
                         .is_empty()
                         .then_some(())
                 },
@@ -642,11 +635,16 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         for (what, name, patch) in &cases {
             let old = object(&admin_secrets, name).await;
             let (new, outcome) = match patch {
-                None => (None, refusal(api.delete(name, &dry_delete).await)),
+                None => (
+                    None,
+                    conflux_tests::refusal(api.delete(name, &dry_delete).await),
+                ),
                 Some(patch) => {
                     let mut new = old.clone();
                     merge(&mut new, patch);
-                    let outcome = refusal(api.patch(name, &dry_patch, &Patch::Merge(patch)).await);
+                    let outcome = conflux_tests::refusal(
+                        api.patch(name, &dry_patch, &Patch::Merge(patch)).await,
+                    );
                     (Some(new), outcome)
                 }
             };
@@ -687,7 +685,10 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         },
     )
     .await;
-    assert_eq!(refusal(secrets.delete("fanned", &dp).await), "");
+    assert_eq!(
+        conflux_tests::refusal(secrets.delete("fanned", &dp).await),
+        ""
+    );
     let log = conflux.log_text();
     assert!(
         !log.contains("forbidden"),
@@ -705,7 +706,7 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
     )
     .await;
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             cms.patch(
                 "while-down",
                 &pp,
@@ -715,8 +716,11 @@ async fn the_api_server_refuses_tenants_with_the_same_decision_and_message() {
         ),
         ""
     );
-    assert_eq!(refusal(cms.delete("while-down", &dp).await), "");
-    let message = refusal(secrets.delete("pulled", &dp).await);
+    assert_eq!(
+        conflux_tests::refusal(cms.delete("while-down", &dp).await),
+        ""
+    );
+    let message = conflux_tests::refusal(secrets.delete("pulled", &dp).await);
     assert!(
         message.contains("is protected"),
         "a protected object stays protected while conflux is down: {message}"
@@ -756,7 +760,9 @@ async fn kube_system_is_never_protected_and_modes_replace_each_other() {
         )
         .await;
     }
-    let alice = impersonating("alice", &["tenants"]).await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
     let pp = PatchParams::default();
     let dp = DeleteParams::default();
     let labels: BTreeMap<&str, &str> = BTreeMap::from([(PROTECTED, "true"), (ENABLED, "true")]);
@@ -775,8 +781,8 @@ async fn kube_system_is_never_protected_and_modes_replace_each_other() {
             wait_enforced(&cms, &name).await;
         }
         let data = json!({"data": {"a": "2"}});
-        let changed = refusal(cms.patch(&name, &pp, &Patch::Merge(&data)).await);
-        let deleted = refusal(cms.delete(&name, &dp).await);
+        let changed = conflux_tests::refusal(cms.patch(&name, &pp, &Patch::Merge(&data)).await);
+        let deleted = conflux_tests::refusal(cms.delete(&name, &dp).await);
         if ns == "kube-system" {
             assert_eq!(changed, "", "kube-system is never protected");
             assert_eq!(deleted, "", "kube-system is never protected");
@@ -796,7 +802,7 @@ async fn kube_system_is_never_protected_and_modes_replace_each_other() {
     .await;
     let cms: Api<ConfigMap> = Api::namespaced(alice.clone(), &other);
     wait_enforced(&cms, "odd").await;
-    let message = refusal(cms.delete("odd", &dp).await);
+    let message = conflux_tests::refusal(cms.delete("odd", &dp).await);
     assert!(
         message.contains("this object is protected by conflux (label"),
         "{message}"

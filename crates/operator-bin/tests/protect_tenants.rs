@@ -24,7 +24,7 @@ use conflux_tests::{eventually, free_port};
 use fault_support::Conflux;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use kube::{Client, Config, ResourceExt};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 const MANAGER: &str = "conflux-protect-tenants-test";
@@ -43,23 +43,6 @@ enum Mode {
 
 async fn apply(client: &Client, object: Value) {
     conflux_tests::objects::apply(client, MANAGER, &object).await;
-}
-
-/// The admin impersonating `user` in `groups`, as `kubectl --as --as-group` does.
-async fn impersonating(user: &str, groups: &[&str]) -> Client {
-    let mut config: Config = conflux_tests::cluster().config().await;
-    config.auth_info.impersonate = Some(user.to_owned());
-    config.auth_info.impersonate_groups = Some(groups.iter().map(|g| (*g).to_owned()).collect());
-    Client::try_from(config).expect("client")
-}
-
-/// The error message of a refused request (empty when it succeeded).
-fn refusal<T>(result: Result<T, kube::Error>) -> String {
-    match result {
-        Ok(_) => String::new(),
-        Err(kube::Error::Api(status)) => status.message,
-        Err(other) => other.to_string(),
-    }
 }
 
 async fn grant_edit(admin: &Client, user: &str, namespace: &str) {
@@ -192,7 +175,9 @@ async fn wait_enforced(api: &Api<Secret>, name: &str) {
     eventually(
         &format!("protection enforced on {name}"),
         Duration::from_secs(60),
-        || async { (!refusal(api.delete(name, &dry).await).is_empty()).then_some(()) },
+        || async {
+            (!conflux_tests::refusal(api.delete(name, &dry).await).is_empty()).then_some(())
+        },
     )
     .await;
 }
@@ -220,9 +205,15 @@ async fn two_tenants(mode: Mode) {
     grant_edit(&admin, "alice", &y).await;
     grant_edit(&admin, "dave", &y).await;
     grant_edit(&admin, "bob", &x).await;
-    let alice = impersonating("alice", &["tenants"]).await;
-    let bob = impersonating("bob", &["tenants"]).await;
-    let dave = impersonating("dave", &["tenants"]).await;
+    let alice = conflux_tests::cluster()
+        .impersonating("alice", &["tenants"])
+        .await;
+    let bob = conflux_tests::cluster()
+        .impersonating("bob", &["tenants"])
+        .await;
+    let dave = conflux_tests::cluster()
+        .impersonating("dave", &["tenants"])
+        .await;
     // An upgrade: `legacy` was labelled by an earlier conflux (its field manager) only because
     // bob pulls it, without a rules annotation; alice asked for nothing, so the labeller
     // unprotects it.
@@ -325,7 +316,7 @@ async fn two_tenants(mode: Mode) {
     // alice rotates and later deletes `s`; bob's copy follows the rotation.
     let rotate = |v: &[u8]| json!({"data": {"leak-raw": base64(v)}});
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             alice_secrets
                 .patch("s", &pp, &Patch::Merge(&rotate(b"v2")))
                 .await
@@ -338,7 +329,7 @@ async fn two_tenants(mode: Mode) {
     // decision's, names why and the ways out.
     wait_enforced(&dave_secrets, "p").await;
     let old = object(&admin_secrets, "p").await;
-    let outcome = refusal(dave_secrets.delete("p", &dp).await);
+    let outcome = conflux_tests::refusal(dave_secrets.delete("p", &dp).await);
     let message = same_as_decision("dave", &["tenants"], &old, None, &outcome);
     assert!(
         message.contains(&format!("while copied by Secret/{x}/p (copyFrom)")),
@@ -360,18 +351,19 @@ async fn two_tenants(mode: Mode) {
     ] {
         let mut new = old.clone();
         merge(&mut new, &patch);
-        let outcome = refusal(dave_secrets.patch("p", &dry, &Patch::Merge(&patch)).await);
+        let outcome =
+            conflux_tests::refusal(dave_secrets.patch("p", &dry, &Patch::Merge(&patch)).await);
         assert!(!outcome.is_empty(), "dave may not {patch}");
         same_as_decision("dave", &["tenants"], &old, Some(&new), &outcome);
     }
     // bob cannot touch y at all (RBAC), so nothing he did froze alice.
     let bob_in_y: Api<Secret> = Api::namespaced(bob.clone(), &y);
-    assert!(refusal(bob_in_y.delete("p", &dp).await).contains("forbidden"));
+    assert!(conflux_tests::refusal(bob_in_y.delete("p", &dp).await).contains("forbidden"));
 
     // alice rotates `p` (exempt), bob's copy follows; then she withdraws the protection and
     // deletes both her Secrets.
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             alice_secrets
                 .patch("p", &pp, &Patch::Merge(&rotate(b"v3")))
                 .await
@@ -381,7 +373,7 @@ async fn two_tenants(mode: Mode) {
     wait_copy(&bob_secrets, "p", b"v3").await;
     let withdraw = json!({"metadata": {"annotations": {WHILE_COPIED: null}}});
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             alice_secrets
                 .patch("p", &pp, &Patch::Merge(&withdraw))
                 .await
@@ -393,8 +385,14 @@ async fn two_tenants(mode: Mode) {
         (!s.labels().contains_key(PROTECTED) && !s.annotations().contains_key(RULES)).then_some(())
     })
     .await;
-    assert_eq!(refusal(alice_secrets.delete("p", &dp).await), "");
-    assert_eq!(refusal(alice_secrets.delete("s", &dp).await), "");
+    assert_eq!(
+        conflux_tests::refusal(alice_secrets.delete("p", &dp).await),
+        ""
+    );
+    assert_eq!(
+        conflux_tests::refusal(alice_secrets.delete("s", &dp).await),
+        ""
+    );
     assert!(
         !conflux.log_text().contains("forbidden"),
         "conflux was refused something"
@@ -488,13 +486,19 @@ async fn kyverno_import(mode: Mode) {
     })
     .await;
 
-    let carol: Api<Secret> = Api::namespaced(impersonating("carol", &["tenants"]).await, &platform);
+    let carol: Api<Secret> = Api::namespaced(
+        conflux_tests::cluster()
+            .impersonating("carol", &["tenants"])
+            .await,
+        &platform,
+    );
     let kyverno: Api<Secret> = Api::namespaced(
-        impersonating(
-            kyverno_sa,
-            &["system:serviceaccounts", "system:serviceaccounts:kyverno"],
-        )
-        .await,
+        conflux_tests::cluster()
+            .impersonating(
+                kyverno_sa,
+                &["system:serviceaccounts", "system:serviceaccounts:kyverno"],
+            )
+            .await,
         &platform,
     );
     wait_enforced(&carol, "blogsecret").await;
@@ -503,7 +507,8 @@ async fn kyverno_import(mode: Mode) {
     let old = object(&admin_secrets, "blogsecret").await;
     let mut new = old.clone();
     merge(&mut new, &rotate);
-    let outcome = refusal(carol.patch("blogsecret", &pp, &Patch::Merge(&rotate)).await);
+    let outcome =
+        conflux_tests::refusal(carol.patch("blogsecret", &pp, &Patch::Merge(&rotate)).await);
     let message = same_as_decision("carol", &["tenants"], &old, Some(&new), &outcome);
     assert!(message.starts_with(KYVERNO_MESSAGE), "{message}");
     assert!(
@@ -512,11 +517,12 @@ async fn kyverno_import(mode: Mode) {
         )),
         "{message}"
     );
-    let outcome = refusal(carol.delete("blogsecret", &DeleteParams::default()).await);
+    let outcome =
+        conflux_tests::refusal(carol.delete("blogsecret", &DeleteParams::default()).await);
     same_as_decision("carol", &["tenants"], &old, None, &outcome);
     assert!(outcome.contains(KYVERNO_MESSAGE), "{outcome}");
     assert_eq!(
-        refusal(
+        conflux_tests::refusal(
             kyverno
                 .patch("blogsecret", &pp, &Patch::Merge(&rotate))
                 .await
