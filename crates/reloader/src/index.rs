@@ -89,20 +89,8 @@ impl ConsumerIndex {
     /// Adds or updates a workload (its add/update event). Returns whether it is indexed: workloads
     /// without a name, namespace or any opt-in are removed instead.
     pub fn apply(&mut self, workload: Workload<'_>) -> bool {
-        let Some(object) = workload.object_ref() else {
-            return false;
-        };
-        if workload.is_controlled_job() {
-            // Rolled through its CronJob (or left to its controller), never re-created.
-            self.delete(&object);
-            return false;
-        }
-        let providers = if self.options.csi_integration {
-            workload.provider_classes()
-        } else {
-            Vec::new()
-        };
-        self.apply_with_providers(object, workload.consumers(), providers, OptIn::of(workload))
+        // An empty grant leaves the opt-in (and its fingerprint) as the annotations make it.
+        self.apply_granted(workload, crate::policy::Grant::default())
     }
 
     /// [`apply`](Self::apply) with what ReloadPolicies grant the workload
@@ -112,6 +100,7 @@ impl ConsumerIndex {
             return false;
         };
         if workload.is_controlled_job() {
+            // Rolled through its CronJob (or left to its controller), never re-created.
             self.delete(&object);
             return false;
         }
