@@ -277,10 +277,6 @@ pub fn status(
     let previous = previous
         .map(|p| p.conditions.as_slice())
         .unwrap_or_default();
-    let last_transition_time = previous
-        .iter()
-        .find(|c| c.type_ == crate::status::READY && c.status == state)
-        .map_or(now, |c| c.last_transition_time.clone());
     let mut conditions: Vec<Condition> = previous
         .iter()
         .filter(|c| c.type_ != crate::status::READY)
@@ -288,14 +284,7 @@ pub fn status(
         .collect();
     conditions.insert(
         0,
-        Condition {
-            type_: crate::status::READY.to_owned(),
-            status: state.to_owned(),
-            reason: reason.to_owned(),
-            message,
-            observed_generation: generation,
-            last_transition_time,
-        },
+        crate::status::ready(state, reason, message, generation, now, previous),
     );
     ProtectPolicyStatus {
         observed_generation: generation,

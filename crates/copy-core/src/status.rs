@@ -129,6 +129,20 @@ pub fn ready_condition(
     previous: &[Condition],
 ) -> Condition {
     let (status, reason, message) = outcome.ready();
+    ready(status, reason, message, generation, now, previous)
+}
+
+/// A `Ready` condition with `status`, `reason` and `message`; `lastTransitionTime` is kept from
+/// `previous` when the status did not change, else `now` (shared by ConfigSync's and
+/// ProtectPolicy's status).
+pub(crate) fn ready(
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Time,
+    previous: &[Condition],
+) -> Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == READY && c.status == status)
