@@ -13,7 +13,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use tracing::{debug, info, warn};
 
-use super::cache::Owned;
+use super::cache::{Cached, Owned};
 use super::context::{Context, reference};
 use super::metrics::RolloutLabels;
 use super::plan::Plan;
@@ -132,10 +132,10 @@ async fn pause(ctx: &Context, plan: &Plan) -> Result<Option<Duration>> {
 /// Resumes a Deployment whose pause period is over, if it is still paused by us.
 pub(super) async fn resume(ctx: &Context, object: &ObjectRef) -> Next {
     let cached = ctx.state().workloads.get(object).cloned();
-    let Some(workload) = cached else {
+    let Some(workload) = cached.and_then(|c| c.typed()) else {
         return Next::Done;
     };
-    let Owned::Deployment(d) = &*workload else {
+    let Owned::Deployment(d) = &workload else {
         return Next::Done;
     };
     let settings = workload.settings();
@@ -242,18 +242,17 @@ async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> Result<()> {
 }
 
 /// Keeps a patch response as the cached workload, unless the cache already holds a newer one.
-fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, written: DynamicObject) {
-    if let Ok(owned) = Owned::from_dynamic(kind, written) {
-        let mut state = ctx.state();
-        let newer = state
-            .workloads
-            .get(object)
-            .is_some_and(|cached| !owned.is_older_than(cached));
-        if newer {
-            state
-                .workloads
-                .insert(object.clone(), std::sync::Arc::new(owned));
-        }
+fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, mut written: DynamicObject) {
+    written.types = None;
+    super::cache::trim_kind(kind)(&mut written);
+    let written = Cached::new(kind, std::sync::Arc::new(written));
+    let mut state = ctx.state();
+    let newer = state
+        .workloads
+        .get(object)
+        .is_some_and(|cached| !written.is_older_than(cached));
+    if newer {
+        state.workloads.insert(object.clone(), written);
     }
 }
 

@@ -1,4 +1,4 @@
-//! What the controller keeps between events: the opted-in workloads (one typed copy each, without
+//! What the controller keeps between events: the opted-in workloads (the informer's copy, without
 //! what no decision reads), the consumer index, the memory, the Job re-creations under way and
 //! what pods mounted from SecretProviderClasses; and the view of one namespace's configs an
 //! evaluation takes from the shared metadata watches.
@@ -24,9 +24,30 @@ use crate::{Rollout, Workload, WorkloadKind};
 /// kubectl's copy of the whole applied object, which no decision reads.
 const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// The fields of a container that a decision or a patch reads: which configs it consumes and
+/// the env-vars strategy's variables.
+const CONTAINER_FIELDS: [&str; 4] = ["name", "env", "envFrom", "volumeMounts"];
+/// The fields of a pod spec that a decision reads (the consumers; ephemeral containers are not).
+const POD_SPEC_FIELDS: [&str; 3] = ["containers", "initContainers", "volumes"];
+/// Fields of a Deployment's, StatefulSet's or DaemonSet's spec that no decision reads and that
+/// can be large (a StatefulSet's claim templates, a rollout strategy).
+const UNREAD_SPEC_FIELDS: [&str; 10] = [
+    "replicas",
+    "strategy",
+    "updateStrategy",
+    "revisionHistoryLimit",
+    "progressDeadlineSeconds",
+    "minReadySeconds",
+    "volumeClaimTemplates",
+    "persistentVolumeClaimRetentionPolicy",
+    "podManagementPolicy",
+    "ordinals",
+];
+/// The fields of an Argo Rollout's spec that conflux reads ([`Rollout`]).
+const ROLLOUT_SPEC_FIELDS: [&str; 3] = ["template", "workloadRef", "restartAt"];
+
 /// Drops from a watched workload what no decision reads and what makes it large: the status,
 /// `managedFields` (a server-side apply response carries them) and kubectl's last-applied copy.
-/// The informer keeps the objects trimmed.
 pub(super) fn trim(obj: &mut DynamicObject) {
     obj.metadata.managed_fields = None;
     if let Some(annotations) = obj.metadata.annotations.as_mut() {
@@ -34,6 +55,45 @@ pub(super) fn trim(obj: &mut DynamicObject) {
     }
     if let Some(fields) = obj.data.as_object_mut() {
         fields.remove("status");
+    }
+}
+
+/// [`trim`], and for the kinds that roll in place (not Jobs, which are re-created whole, nor
+/// CronJobs, whose Jobs are made from their template) also the parts of the spec and pod
+/// template that no decision or patch reads: images, probes, resources, scheduling. What is
+/// kept is what [`crate::consumers`], [`crate::patch`] and the settings read. The informer keeps
+/// the objects this way, so every copy of a workload is the small one.
+pub(super) fn trim_kind(kind: WorkloadKind) -> impl Fn(&mut DynamicObject) + Send + Sync + 'static {
+    move |obj: &mut DynamicObject| {
+        trim(obj);
+        let keep_spec: Option<&[&str]> = match kind {
+            WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet => None,
+            WorkloadKind::Rollout => Some(&ROLLOUT_SPEC_FIELDS),
+            _ => return,
+        };
+        let Some(spec) = obj.data.get_mut("spec").and_then(|s| s.as_object_mut()) else {
+            return;
+        };
+        match keep_spec {
+            Some(keep) => spec.retain(|k, _| keep.contains(&k.as_str())),
+            None => spec.retain(|k, _| !UNREAD_SPEC_FIELDS.contains(&k.as_str())),
+        }
+        let Some(pod) = spec
+            .get_mut("template")
+            .and_then(|t| t.get_mut("spec"))
+            .and_then(|s| s.as_object_mut())
+        else {
+            return;
+        };
+        pod.retain(|k, _| POD_SPEC_FIELDS.contains(&k.as_str()));
+        for list in ["containers", "initContainers"] {
+            let containers = pod.get_mut(list).and_then(|c| c.as_array_mut());
+            for container in containers.into_iter().flatten() {
+                if let Some(fields) = container.as_object_mut() {
+                    fields.retain(|k, _| CONTAINER_FIELDS.contains(&k.as_str()));
+                }
+            }
+        }
     }
 }
 
@@ -70,7 +130,7 @@ impl Owned {
         mut obj: DynamicObject,
     ) -> serde_json::Result<Self> {
         obj.types = None;
-        trim(&mut obj);
+        trim_kind(kind)(&mut obj);
         let value = serde_json::to_value(obj)?;
         Ok(match kind {
             WorkloadKind::Deployment => Owned::Deployment(serde_json::from_value(value)?),
@@ -80,30 +140,6 @@ impl Owned {
             WorkloadKind::Job => Owned::Job(serde_json::from_value(value)?),
             WorkloadKind::Rollout => Owned::Rollout(serde_json::from_value(value)?),
         })
-    }
-
-    /// Whether everything [`decide`](crate::patch::decide) reads of the two versions is equal:
-    /// the pod template (what is consumed, our template annotation) and the workload's
-    /// annotations (opt-in, settings). An update that changes none of it (status, replicas,
-    /// labels) needs no evaluation.
-    pub(super) fn same_for_decision(&self, other: &Owned) -> bool {
-        let (a, b) = (self.workload(), other.workload());
-        a.metadata().uid == b.metadata().uid
-            && a.annotations() == b.annotations()
-            && a.pod_template() == b.pod_template()
-    }
-
-    /// Whether this version is known to be older than `other` (etcd resourceVersions are
-    /// integers; anything else is treated as not older).
-    pub(super) fn is_older_than(&self, other: &Owned) -> bool {
-        let rv = |o: &Owned| {
-            o.workload()
-                .metadata()
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        matches!((rv(self), rv(other)), (Some(a), Some(b)) if a < b)
     }
 
     /// Its uid.
@@ -119,12 +155,75 @@ impl Owned {
     }
 }
 
+/// An opted-in workload as the informer keeps it: the informer's own `Arc` (trimmed by
+/// [`trim_kind`]), so the cache adds no copy. Decisions type it on demand ([`Cached::typed`]):
+/// a typed copy lives only while one evaluation or write uses it.
+#[derive(Debug, Clone)]
+pub(super) struct Cached {
+    kind: WorkloadKind,
+    object: Arc<DynamicObject>,
+}
+
+impl Cached {
+    /// `object` of `kind`, as the informer (or our own write's response) gave it.
+    pub(super) fn new(kind: WorkloadKind, object: Arc<DynamicObject>) -> Self {
+        Cached { kind, object }
+    }
+
+    /// The typed object (`None` only if it no longer reads as its kind, which the watch that
+    /// cached it already checked).
+    pub(super) fn typed(&self) -> Option<Owned> {
+        Owned::from_dynamic(self.kind, (*self.object).clone()).ok()
+    }
+
+    /// The pod template: what the rollout decision reads besides the annotations.
+    fn template(&self) -> Option<&serde_json::Value> {
+        let spec = self.object.data.get("spec")?;
+        match self.kind {
+            WorkloadKind::CronJob => spec.get("jobTemplate")?.get("spec")?.get("template"),
+            _ => spec.get("template"),
+        }
+    }
+
+    /// Whether everything [`decide`](crate::patch::decide) reads of the two versions is equal:
+    /// the pod template (what is consumed, our template annotation) and the workload's
+    /// annotations (opt-in, settings). An update that changes none of it (status, replicas,
+    /// labels) needs no evaluation.
+    pub(super) fn same_for_decision(&self, other: &Cached) -> bool {
+        let (a, b) = (&self.object.metadata, &other.object.metadata);
+        a.uid == b.uid && a.annotations == b.annotations && self.template() == other.template()
+    }
+
+    /// Whether this version is known to be older than `other` (etcd resourceVersions are
+    /// integers; anything else is treated as not older).
+    pub(super) fn is_older_than(&self, other: &Cached) -> bool {
+        let rv = |o: &Cached| {
+            o.object
+                .metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        matches!((rv(self), rv(other)), (Some(a), Some(b)) if a < b)
+    }
+
+    /// Its uid.
+    pub(super) fn uid(&self) -> Option<&str> {
+        self.object.metadata.uid.as_deref()
+    }
+
+    /// Its rollout settings (see [`Owned::settings`]).
+    pub(super) fn settings(&self) -> WorkloadSettings {
+        WorkloadSettings::parse(self.kind, self.object.metadata.annotations.as_ref())
+    }
+}
+
 /// What the controller keeps.
 #[derive(Debug)]
 pub(super) struct State {
     pub(super) index: ConsumerIndex,
     /// Opted-in workloads, as last seen (or as returned by our own patch).
-    pub(super) workloads: HashMap<ObjectRef, Arc<Owned>>,
+    pub(super) workloads: HashMap<ObjectRef, Cached>,
     /// What is remembered of each workload (its baseline), and which shards changed.
     pub(super) memory: Memory,
     /// Workloads held because required configs are missing (what was last reported).

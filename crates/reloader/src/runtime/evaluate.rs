@@ -61,7 +61,7 @@ pub(super) async fn batch(
                 .serves(&object.namespace)
                 .then(|| {
                     let entry = state.index.get(&object)?;
-                    let workload = state.workloads.get(&object)?.clone();
+                    let workload = Arc::new(state.workloads.get(&object)?.typed()?);
                     let view = NamespaceView::of(
                         configs,
                         &state.providers,

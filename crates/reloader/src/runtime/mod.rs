@@ -211,7 +211,7 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
             ar.clone(),
             kind.as_str(),
             &health,
-            cache::trim,
+            cache::trim_kind(kind),
         );
         lock(&ctx.workload_informers).push((kind, informer.clone()));
         runtime.spawn(watches::workloads(

@@ -172,7 +172,7 @@ pub(super) async fn reapply(ctx: &Context, namespace: Option<&str>) {
             if namespace.is_some_and(|ns| obj.metadata.namespace.as_deref() != Some(ns)) {
                 continue;
             }
-            on_workload(ctx, kind, (*obj).clone()).await;
+            on_workload(ctx, kind, obj).await;
         }
     }
 }

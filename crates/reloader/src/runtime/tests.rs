@@ -382,7 +382,7 @@ impl Harness {
     /// Indexes `workloads` (as their watch's first list does).
     async fn list_workloads(&self, workloads: &[DynamicObject]) {
         for w in workloads {
-            watches::on_workload(&self.ctx, WorkloadKind::Deployment, w.clone()).await;
+            watches::on_workload(&self.ctx, WorkloadKind::Deployment, Arc::new(w.clone())).await;
             self.world.put(
                 &format!(
                     "/apis/apps/v1/namespaces/ns/deployments/{}",
@@ -772,4 +772,55 @@ fn the_cache_trims_what_no_decision_reads() {
     assert!(d.status.is_none() && d.metadata.managed_fields.is_none());
     let memory = Memory::default();
     assert_eq!(memory.len(), 0);
+}
+
+/// The informer keeps workloads without what no decision reads; what decisions and patches read
+/// (consumers, env, pause, the template's annotations) is all still there, and a Job is kept
+/// whole because it is re-created from it.
+#[test]
+fn trimmed_workloads_keep_what_decisions_read() {
+    let mut d = deployment("app", "cm", "secret");
+    d.data["spec"]["replicas"] = json!(3);
+    d.data["spec"]["paused"] = json!(true);
+    d.data["spec"]["strategy"] = json!({"type": "RollingUpdate"});
+    d.data["spec"]["template"]["metadata"] = json!({"annotations": {"a": "b"}});
+    d.data["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "v", "configMap": {"name": "cm"}}]);
+    d.data["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {}});
+    d.data["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:1");
+    d.data["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"limits": {}});
+    let before = cache::Owned::from_dynamic(WorkloadKind::Deployment, {
+        let mut whole = d.clone();
+        cache::trim(&mut whole);
+        whole
+    })
+    .expect("a Deployment");
+    cache::trim_kind(WorkloadKind::Deployment)(&mut d);
+    let spec = &d.data["spec"];
+    assert_eq!(spec["replicas"], Value::Null);
+    assert_eq!(spec["strategy"], Value::Null);
+    assert_eq!(spec["paused"], json!(true));
+    assert_eq!(spec["template"]["spec"]["affinity"], Value::Null);
+    let container = &spec["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], Value::Null);
+    assert_eq!(container["resources"], Value::Null);
+    let after = cache::Owned::from_dynamic(WorkloadKind::Deployment, d).expect("a Deployment");
+    // What the index and the rollout decision read is the same for both.
+    let (b, a) = (before.workload(), after.workload());
+    assert_eq!(a.annotations(), b.annotations());
+    let (ta, tb) = (
+        a.pod_template().expect("a template"),
+        b.pod_template().expect("a template"),
+    );
+    assert_eq!(
+        crate::consumers::pod_template_consumers(ta),
+        crate::consumers::pod_template_consumers(tb)
+    );
+    assert_eq!(ta.metadata, tb.metadata);
+
+    let mut job = DynamicObject::new("job", &deployments()).within("ns");
+    job.data = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    let whole = job.data.clone();
+    cache::trim_kind(WorkloadKind::Job)(&mut job);
+    assert_eq!(job.data, whole);
 }

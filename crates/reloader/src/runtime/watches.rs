@@ -17,7 +17,7 @@ use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use tracing::{debug, warn};
 
 use super::act::schedule_resume;
-use super::cache::{Owned, State};
+use super::cache::{Cached, Owned, State};
 use super::context::{Context, reference, reference_to};
 use super::memory;
 use crate::source::SourceKind;
@@ -33,7 +33,7 @@ pub(super) async fn workloads(
     while let Some(change) = sub.recv().await {
         match change {
             Change::Initial(obj) | Change::Applied(obj) => {
-                on_workload(&ctx, kind, (*obj).clone()).await;
+                on_workload(&ctx, kind, obj).await;
             }
             Change::Deleted(obj) => {
                 let object = ObjectRef::new(
@@ -55,10 +55,12 @@ pub(super) async fn workloads(
 pub(super) async fn on_workload(
     ctx: &Context,
     kind: WorkloadKind,
-    obj: DynamicObject,
+    obj: Arc<DynamicObject>,
 ) -> Option<ObjectRef> {
     let name = obj.name_any();
-    let owned = match Owned::from_dynamic(kind, obj) {
+    let cached = Cached::new(kind, obj.clone());
+    // Typed for the index and the checks below only; the cache keeps `obj`, the informer's copy.
+    let owned = match Owned::from_dynamic(kind, (*obj).clone()) {
         Ok(owned) => Arc::new(owned),
         Err(err) => {
             warn!(%kind, %name, error = %err, "reload: cannot read workload");
@@ -73,7 +75,7 @@ pub(super) async fn on_workload(
         if state
             .workloads
             .get(&object)
-            .is_some_and(|cached| owned.is_older_than(cached))
+            .is_some_and(|newer| cached.is_older_than(newer))
         {
             return Some(object);
         }
@@ -81,13 +83,13 @@ pub(super) async fn on_workload(
         let unchanged = state
             .workloads
             .get(&object)
-            .is_some_and(|old| old.same_for_decision(&owned))
+            .is_some_and(|old| old.same_for_decision(&cached))
             && state
                 .index
                 .get(&object)
                 .is_some_and(|e| *e.opt_in.grant() == grant);
         if unchanged {
-            state.workloads.insert(object.clone(), owned);
+            state.workloads.insert(object.clone(), cached);
             return Some(object);
         }
         let indexed = state.index.apply_granted(owned.workload(), grant);
@@ -125,7 +127,7 @@ pub(super) async fn on_workload(
                 };
                 problems.push((err.reason(), err.to_string()));
             }
-            state.workloads.insert(object.clone(), owned.clone());
+            state.workloads.insert(object.clone(), cached);
             schedule_resume(ctx, &object, &owned, &settings);
             problems
         } else {
