@@ -26,6 +26,15 @@ pub enum Error {
     /// Upstream's `YAMLToJSON: %w` around parsing the substituted text.
     #[error("YAMLToJSON: {0}")]
     YamlToJson(Box<Error>),
+    /// kustomize's `res.UnmarshalJSON` refused the substituted resource (see
+    /// `yaml::emit::kyaml`); the message is yaml.v3's.
+    #[error(
+        "UnmarshalJSON: yaml: line {line}: found a tab character where an indentation space is expected"
+    )]
+    TabLedBlock {
+        /// The line yaml.v3 reports.
+        line: usize,
+    },
     /// Upstream's `envsubst error: %w` around everything the resource layer reports.
     #[error("envsubst error: {0}")]
     Envsubst(Box<Error>),

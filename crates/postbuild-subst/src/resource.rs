@@ -169,9 +169,64 @@ pub fn substitute_resource(
     };
     let substituted = envsubst::eval_bytes(&yaml_text, vars, mode)
         .map_err(|err| envsubst_error(Error::VariableSubstitution(Box::new(err))))?;
-    let value = yaml_bytes_to_json(substituted)
+    let mut value = yaml_bytes_to_json(substituted)
         .map_err(|err| envsubst_error(Error::YamlToJson(Box::new(err))))?;
+    numbers_through_float64(&mut value);
+    if let Some(line) = crate::yaml::emit::kyaml::tab_led_block_line(&value) {
+        return Err(Error::TabLedBlock { line });
+    }
     Ok(ResourceOutcome::Substituted(value))
+}
+
+/// What kustomize's `res.UnmarshalJSON` (kyaml `RNode.UnmarshalJSON`) does to the substituted
+/// resource: it decodes the JSON with Go's `encoding/json` into `interface{}`, so every number
+/// becomes a `float64`, which is written back as JSON. Integers beyond 2^53 come out rounded
+/// (`12345678901234567` is applied as `12345678901234568`, `2^63 - 1` as
+/// `9223372036854776000`); smaller ones are unchanged.
+fn numbers_through_float64(value: &mut Value) {
+    // A loop, not recursion: resources may nest deeper than the stack allows.
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::Number(n) => {
+                if let Some(rounded) = through_float64(n) {
+                    *n = rounded;
+                }
+            }
+            Value::Array(items) => pending.extend(items.iter_mut()),
+            Value::Object(fields) => pending.extend(fields.values_mut()),
+            _ => {}
+        }
+    }
+}
+
+/// `n` after Go's round trip: a `float64`, written by `encoding/json` (the shortest digits that
+/// give the float back, then zeros: Rust's `Display` writes the same), read again as an integer
+/// where it fits one, else as a float (`yaml.YAMLToJSON`'s resolution). `None` when unchanged.
+fn through_float64(n: &serde_json::Number) -> Option<serde_json::Number> {
+    // Every integer up to 2^53 is a float64 exactly.
+    const EXACT: u64 = 1 << 53;
+    let f = if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() <= EXACT {
+            return None;
+        }
+        i as f64
+    } else if let Some(u) = n.as_u64() {
+        if u <= EXACT {
+            return None;
+        }
+        u as f64
+    } else {
+        return None;
+    };
+    let text = f.to_string();
+    if let Ok(i) = text.parse::<i64>() {
+        Some(serde_json::Number::from(i))
+    } else if let Ok(u) = text.parse::<u64>() {
+        Some(serde_json::Number::from(u))
+    } else {
+        serde_json::Number::from_f64(f)
+    }
 }
 
 /// Typed mode: substitute in every string value (not in keys), in document order.
@@ -292,6 +347,41 @@ mod tests {
             err.to_string(),
             "post build failed for 'ConfigMap.v1.[noGrp]/c': envsubst error: 'x-y' var name is invalid, must match '^[_[:alpha:]][_[:alpha:][:digit:]]*$'"
         );
+    }
+
+    /// Vectors from kustomize-controller v1.9.5's own `SubstituteVariables` (fluxcd/pkg
+    /// kustomize v1.35.6, kustomize api v0.21.1), run on this resource.
+    #[test]
+    fn numbers_go_through_float64_as_in_kustomize() {
+        let resource = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"},
+            "data": {"v": "${V}"},
+            "spec": {"a": 9_007_199_254_740_993_i64, "b": -9_007_199_254_740_993_i64,
+                     "c": u64::MAX, "d": i64::MAX, "e": 1_000_000, "g": 1.5,
+                     "h": 12_345_678_901_234_567_i64, "k": "${N}"}});
+        let vars = Variables::from_merged([
+            ("V".to_string(), "1".to_string()),
+            ("N".to_string(), "9007199254740995".to_string()),
+        ]);
+        let outcome = substitute_resource(&resource, &vars, &SubstitutionOptions::default());
+        let Ok(ResourceOutcome::Substituted(value)) = outcome else {
+            panic!("not substituted")
+        };
+        let spec = &value["spec"];
+        assert_eq!(spec["a"], json!(9_007_199_254_740_992_i64));
+        assert_eq!(spec["b"], json!(-9_007_199_254_740_992_i64));
+        assert_eq!(spec["c"], json!(1.844_674_407_370_955_2e19));
+        assert_eq!(spec["d"], json!(9_223_372_036_854_776_000_u64));
+        assert_eq!(spec["e"], json!(1_000_000));
+        assert_eq!(spec["g"], json!(1.5));
+        assert_eq!(spec["h"], json!(12_345_678_901_234_568_i64));
+        assert_eq!(spec["k"], json!(9_007_199_254_740_996_i64));
+        // Without substitution kustomize keeps the resource as built: nothing is rounded.
+        let none = substitute_resource(
+            &resource,
+            &Variables::default(),
+            &SubstitutionOptions::default(),
+        );
+        assert!(matches!(none, Ok(ResourceOutcome::NoVariables)));
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod base60;
 mod emitter;
 mod json_text;
 mod key_order;
+pub(crate) mod kyaml;
 mod unicode;
 mod value;
 

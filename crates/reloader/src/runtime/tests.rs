@@ -819,7 +819,8 @@ fn trimmed_workloads_keep_what_decisions_read() {
     assert_eq!(ta.metadata, tb.metadata);
 
     let mut job = DynamicObject::new("job", &deployments()).within("ns");
-    job.data = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
+    job.data =
+        json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}});
     let whole = job.data.clone();
     cache::trim_kind(WorkloadKind::Job)(&mut job);
     assert_eq!(job.data, whole);
