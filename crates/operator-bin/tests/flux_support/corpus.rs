@@ -143,6 +143,9 @@ spec:
   empty:
   date: 2001-12-14
   big: 12345678901234567890
+  big_int: 12345678901234567
+  big_negative: -9007199254740993
+  int_max: 9223372036854775807
   negative_zero: -0
   quoted_octal: "0644"
   binary: 0b101
@@ -157,7 +160,8 @@ spec:
     }
 }
 
-/// A literal that has no JSON form (`.inf`, `.NaN`), alone in its case.
+/// A literal that fails on its own, alone in its case: one with no JSON form (`.inf`, `.NaN`),
+/// or a multi-line string led by a tab (kustomize's read-back with yaml.v3 refuses it).
 fn non_finite_case(namespace: &str, name: &str, literal: &str) -> Case {
     let manifest = format!(
         "apiVersion: {GROUP}/{VERSION}\nkind: Sample\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  value: {literal}\n"
@@ -179,6 +183,11 @@ pub fn cases(namespace: &str) -> Vec<Case> {
     cases.push(literal_case(namespace));
     cases.push(non_finite_case(namespace, "literal-inf", ".inf"));
     cases.push(non_finite_case(namespace, "literal-nan", ".NaN"));
+    cases.push(non_finite_case(
+        namespace,
+        "literal-tab",
+        r#""\tfirst\nsecond""#,
+    ));
     cases
 }
 
@@ -208,10 +217,20 @@ pub fn kustomization(namespace: &str, case: &str) -> Value {
 /// are equal: the API server and serde_json may keep `1000` and `1000.0` apart).
 pub fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
-            (Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
-            _ => x == y,
-        },
+        // Integers exactly (Flux rounds those beyond 2^53, which a float comparison would
+        // hide); otherwise as floats (`1e3` may be read as 1000 on one side, 1000.0 on the other).
+        (Value::Number(x), Value::Number(y)) => {
+            let int = |n: &serde_json::Number| {
+                n.as_i64()
+                    .map(i128::from)
+                    .or_else(|| n.as_u64().map(i128::from))
+            };
+            match (int(x), int(y), x.as_f64(), y.as_f64()) {
+                (Some(a), Some(b), _, _) => a == b,
+                (_, _, Some(x), Some(y)) => x == y || (x.is_nan() && y.is_nan()),
+                _ => x == y,
+            }
+        }
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same(a, b))
         }
