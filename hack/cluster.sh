@@ -15,9 +15,15 @@
 #   hack/cluster.sh build --kustomize  also build kustomize (the oracle of plan's kustomize tests)
 #   hack/cluster.sh build --helm       also build helm (lints, renders and installs charts/conflux)
 #   hack/cluster.sh build --crane      also build crane (assembles the image: hack/image.sh)
-#   hack/cluster.sh build --tools-only --helm|--crane|--kustomize
+#   hack/cluster.sh build --flux-oracle
+#                                      also build the flux-oracle: kustomize-controller v1.10's own
+#                                      substitution code (Flux 2.10), which needs Go 1.27: built
+#                                      with GOTOOLCHAIN=$FLUX_ORACLE_TOOLCHAIN (go1.27.3, from the
+#                                      Go module proxy)
+#   hack/cluster.sh build --tools-only --helm|--crane|--kustomize|--flux-oracle
 #                                      build only those tools, not Kubernetes
 #   hack/cluster.sh kustomize-bin      print the path of the cached kustomize binary
+#   hack/cluster.sh flux-oracle-bin    print the path of the cached flux-oracle binary
 #   hack/cluster.sh helm-bin           print the path of the cached helm binary
 #   hack/cluster.sh crane-bin          print the path of the cached crane binary
 #   hack/cluster.sh gen-mods [NAME...] regenerate the wrapper modules (all, or those named: kubernetes,
@@ -40,6 +46,7 @@ flux_dir="$cache_root/flux-$FLUX_VERSION-operator-$FLUX_OPERATOR_VERSION"
 kustomize_bin="$cache_root/kustomize-$KUSTOMIZE_VERSION/kustomize"
 helm_bin="$cache_root/helm-$HELM_VERSION/helm"
 crane_bin="$cache_root/crane-$CRANE_VERSION/crane"
+flux_oracle_bin="$cache_root/flux-oracle-$FLUX_ORACLE_KUSTOMIZE_CONTROLLER_VERSION/flux-oracle"
 # The Go on PATH, never a toolchain named in a go.mod: the versions above build with Go 1.26.
 export GOTOOLCHAIN=local
 # Each wrapper module is built alone (a go.work of the user's must not join them).
@@ -265,6 +272,13 @@ build_kustomize() {
   build_tool kustomize "$KUSTOMIZE_VERSION" "$kustomize_bin" sigs.k8s.io/kustomize/kustomize/v5
 }
 
+# The flux-oracle (hack/cluster/flux-oracle), the one module built with Go 1.27: the toolchain
+# comes from the Go module proxy, as `go` fetches it when GOTOOLCHAIN names it.
+build_flux_oracle() {
+  GOTOOLCHAIN=$FLUX_ORACLE_TOOLCHAIN build_tool flux-oracle \
+    "kustomize-controller $FLUX_ORACLE_KUSTOMIZE_CONTROLLER_VERSION" "$flux_oracle_bin" .
+}
+
 # helm, with the version it reports (without it: v4.3, the module's placeholder).
 build_helm() {
   build_tool helm "$HELM_VERSION" "$helm_bin" helm.sh/helm/v4/cmd/helm \
@@ -278,15 +292,16 @@ build_crane() {
 }
 
 cmd_build() {
-  local flux=0 kustomize=0 helm=0 crane=0 kubernetes=1
+  local flux=0 kustomize=0 helm=0 crane=0 oracle=0 kubernetes=1
   for arg; do
     case $arg in
       --flux) flux=1 ;;
       --kustomize) kustomize=1 ;;
       --helm) helm=1 ;;
       --crane) crane=1 ;;
+      --flux-oracle) oracle=1 ;;
       --tools-only) kubernetes=0 ;;
-      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux] [--kustomize] [--helm] [--crane] [--tools-only]" ;;
+      *) die "unknown build argument $arg" "usage: hack/cluster.sh build [--flux] [--kustomize] [--helm] [--crane] [--flux-oracle] [--tools-only]" ;;
     esac
   done
   if [ "$kubernetes" = 0 ] && [ "$flux" = 1 ]; then
@@ -297,6 +312,7 @@ cmd_build() {
   [ "$kubernetes" = 0 ] || build_kubernetes
   [ "$flux" = 0 ] || build_flux
   [ "$kustomize" = 0 ] || build_kustomize
+  [ "$oracle" = 0 ] || build_flux_oracle
   [ "$helm" = 0 ] || build_helm
   [ "$crane" = 0 ] || build_crane
 }
@@ -635,6 +651,7 @@ case ${1:-} in
   bin) echo "$bin_dir" ;;
   flux-bin) echo "$flux_dir" ;;
   kustomize-bin) echo "$kustomize_bin" ;;
+  flux-oracle-bin) echo "$flux_oracle_bin" ;;
   helm-bin) echo "$helm_bin" ;;
   crane-bin) echo "$crane_bin" ;;
   gen-mods) shift; cmd_gen_mods "$@" ;;

@@ -8,10 +8,12 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 start=$(date +%s)
-bash hack/cluster.sh build --flux --kustomize --helm --crane
+bash hack/cluster.sh build --flux --kustomize --helm --crane --flux-oracle
 # The oracle of conflux plan's kustomize conformance test (crates/operator-bin/tests/kustomize.rs).
 CONFLUX_KUSTOMIZE=$(bash hack/cluster.sh kustomize-bin)
-export CONFLUX_KUSTOMIZE
+# kustomize-controller v1.10's substitution (crates/operator-bin/tests/flux_oracle.rs).
+CONFLUX_FLUX_ORACLE=$(bash hack/cluster.sh flux-oracle-bin)
+export CONFLUX_KUSTOMIZE CONFLUX_FLUX_ORACLE
 echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
 
 if [ $# -eq 0 ]; then

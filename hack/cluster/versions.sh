@@ -27,6 +27,13 @@ SOURCE_CONTROLLER_EXTRA_REPLACES="github.com/fluxcd/pkg/artifact=github.com/flux
 # the proxy does not serve; the nearest earlier one it serves.
 FLUX_OPERATOR_EXTRA_REPLACES="github.com/google/go-containerregistry/pkg/authn/kubernetes=github.com/google/go-containerregistry/pkg/authn/kubernetes@v0.0.0-20260205022027-93aa2732266a"
 
+# The flux-oracle (hack/cluster/flux-oracle): kustomize-controller v1.10.1's post-build
+# substitution (fluxcd/pkg/kustomize v1.44.0; its go.mod pins what v1.10.1 pins), the second
+# Flux version `conflux build` is compared with (crates/operator-bin/tests/flux_oracle.rs). It
+# needs Go 1.27; the Go module proxy serves this toolchain.
+FLUX_ORACLE_KUSTOMIZE_CONTROLLER_VERSION=v1.10.1
+FLUX_ORACLE_TOOLCHAIN=go1.27.3
+
 # kustomize (sigs.k8s.io/kustomize/kustomize/v5), the oracle of `conflux plan`'s built-in build.
 # v5.8.3 needs Go 1.27; v5.8.2 is the newest that builds with Go 1.26.
 KUSTOMIZE_VERSION=v5.8.2
