@@ -69,8 +69,8 @@ pub struct PlanArgs {
     /// cluster entry point found is planned on its own.
     #[arg(long, value_name = "DIR")]
     pub cluster: Vec<PathBuf>,
-    /// The kustomize binary for the builds (`builtin`: the built-in subset). Default: `kustomize`
-    /// on PATH, else the built-in subset.
+    /// The kustomize binary for the builds the built-in subset cannot make exactly (`builtin`:
+    /// the subset alone). Default: `kustomize` on PATH, else the built-in subset.
     #[arg(long, value_name = "PATH")]
     pub kustomize: Option<PathBuf>,
     /// Manifests of objects that exist in the cluster but not in the repository (made by

@@ -47,10 +47,15 @@ pub struct Build {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Engine {
-    /// The real kustomize binary at this path.
+    /// The real kustomize binary at this path, for every build.
     Binary(PathBuf),
     /// The built-in subset.
     BuiltIn,
+    /// The built-in subset where it builds the path exactly (no [`Problem`] at all), the binary
+    /// at this path for the rest: what `conflux plan --kustomize PATH` uses. A kustomize process
+    /// costs tens of milliseconds and a fleet has hundreds of paths, most of them plain
+    /// `resources` lists; `tests/kustomize.rs` proves the subset equal to the binary.
+    Auto(PathBuf),
 }
 
 /// The names kustomize recognises as a kustomization file, in its order.
@@ -181,19 +186,20 @@ fn scan(root: &Path, dir: &Path, found: &mut Vec<String>) {
 }
 
 impl Engine {
-    /// The engine to use: `flag` (`builtin` for the built-in one), else `kustomize` on `PATH`,
-    /// else the built-in one.
+    /// The engine to use: `flag` (`builtin` for the built-in one; a path for that binary, with
+    /// the built-in subset where it is exact), else `kustomize` on `PATH` the same way, else the
+    /// built-in one.
     pub fn pick(flag: Option<&Path>) -> Engine {
         match flag {
             Some(path) if path == Path::new("builtin") => Engine::BuiltIn,
-            Some(path) => Engine::Binary(path.to_path_buf()),
+            Some(path) => Engine::Auto(path.to_path_buf()),
             None => std::env::var_os("PATH")
                 .and_then(|paths| {
                     std::env::split_paths(&paths)
                         .map(|dir| dir.join("kustomize"))
                         .find(|candidate| candidate.is_file())
                 })
-                .map_or(Engine::BuiltIn, Engine::Binary),
+                .map_or(Engine::BuiltIn, Engine::Auto),
         }
     }
 
@@ -204,6 +210,12 @@ impl Engine {
     /// subset builds the local part and says so (`RemoteResourceUnavailable`).
     pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
         match self {
+            Engine::Auto(binary) => match builtin::build(root, dir, overlay) {
+                Ok(build) if build.problems.is_empty() => Ok(build),
+                // Anything the subset cannot do exactly, and every failure (for kustomize's own
+                // words), goes to the binary.
+                _ => Engine::Binary(binary.clone()).build(root, dir, overlay),
+            },
             Engine::Binary(binary) => match binary::build(binary, root, dir, overlay) {
                 Err(Error::Kustomize(err)) if binary::is_remote_failure(&err) => {
                     let mut build = builtin::build(root, dir, overlay)?;
