@@ -158,6 +158,37 @@ fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guesse
     assert!(built.problems[0].message.contains("strategic-merge"));
 }
 
+/// `Engine::Auto` (what `plan --kustomize PATH` uses) gives the subset's build where the subset
+/// is exact, and the binary's where it is not: never the subset's guess.
+#[test]
+fn the_auto_engine_takes_the_binary_where_the_subset_is_not_exact() {
+    let overlay = FluxOverlay {
+        patches: vec![
+            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n\
+                                       data: {x: y}\nimmutable: true\nother: [1]\n",
+                             "target": {"kind": "ConfigMap"}}),
+        ],
+        ..FluxOverlay::default()
+    };
+    let auto = Engine::Auto(kustomize());
+    let built = auto
+        .build(&corpus(), "generated", &overlay)
+        .expect("builds");
+    let real = Engine::Binary(kustomize())
+        .build(&corpus(), "generated", &overlay)
+        .expect("builds");
+    assert!(built.problems.is_empty(), "{:?}", built.problems);
+    assert_eq!(by_name(built.objects), by_name(real.objects));
+    // Where the subset is exact, its build is the answer.
+    let plain = auto
+        .build(&corpus(), "base", &FluxOverlay::default())
+        .expect("builds");
+    let subset = Engine::BuiltIn
+        .build(&corpus(), "base", &FluxOverlay::default())
+        .expect("builds");
+    assert_eq!(by_name(plain.objects), by_name(subset.objects));
+}
+
 #[test]
 fn legacy_octal_reads_as_kustomize_reads_it() {
     let root = corpus();
