@@ -111,6 +111,15 @@ pub enum Error {
         /// What to do about it (may be empty).
         hint: &'static str,
     },
+    /// A cached workload no longer reads as its kind (the watch checked it when it came): it is
+    /// not rolled; the next watch event replaces it.
+    #[error("{kind} {name} cannot be read as a {kind}")]
+    UnreadableWorkload {
+        /// The kind.
+        kind: crate::WorkloadKind,
+        /// Its name.
+        name: String,
+    },
     /// A `SecretProviderClassPodStatus` whose status conflux cannot read (CSI integration); its
     /// pod's mount is not counted.
     #[error("SecretProviderClassPodStatus {name} is unreadable: {reason}")]
@@ -146,6 +155,7 @@ impl Error {
             Error::JobNotRecreatable { .. } => "JobNotRecreatable",
             Error::InvalidRecord { .. } => "InvalidJobRecord",
             Error::NoPodTemplate { .. } => "NoPodTemplate",
+            Error::UnreadableWorkload { .. } => "UnreadableWorkload",
             Error::InvalidProviderStatus { .. } => "InvalidProviderStatus",
             Error::InvalidConfigSelector(err) => err.reason(),
             Error::UnknownWorkloadKind { .. } => "UnknownWorkloadKind",
@@ -168,6 +178,7 @@ impl Error {
             Error::JobNotRecreatable { .. } => "job_not_recreatable",
             Error::InvalidRecord { .. } => "invalid_job_record",
             Error::NoPodTemplate { .. } => "no_pod_template",
+            Error::UnreadableWorkload { .. } => "unreadable_workload",
             Error::InvalidProviderStatus { .. } => "invalid_provider_status",
             Error::InvalidConfigSelector(_) => "invalid_policy",
             Error::UnknownWorkloadKind { .. } => "invalid_policy",

@@ -44,7 +44,13 @@ pub(super) async fn rollout(
 ) -> Applied {
     let patch = patch.reloaded_from(&plan.state, unix_now());
     let mut why = describe(&patch.changes, &plan.causes.0);
-    if let Owned::Job(job) = &*plan.workload {
+    let Some(workload) = plan.workload.typed() else {
+        return Applied::Failed(Error::UnreadableWorkload {
+            kind: plan.workload.kind(),
+            name: plan.object.name.to_string(),
+        });
+    };
+    if let Owned::Job(job) = &workload {
         // Re-created: `recreate` reports the outcome (its Event names the new Job).
         let uid = job.metadata.uid.as_deref();
         return match start_recreation(ctx, &plan.object, uid, &patch, why).await {
@@ -52,10 +58,10 @@ pub(super) async fn rollout(
             Err(err) => Applied::Failed(err),
         };
     }
-    let settings = plan.workload.settings();
-    let restart = matches!(&*plan.workload, Owned::Rollout(_))
+    let settings = workload.settings();
+    let restart = matches!(&workload, Owned::Rollout(_))
         && settings.rollout_strategy == RolloutStrategy::Restart;
-    let result = match pause(ctx, plan).await {
+    let result = match pause(ctx, plan, &workload).await {
         Ok(_) if restart => {
             why.push_str("; restarted (spec.restartAt)");
             restart_rollout(ctx, plan, &patch).await
@@ -109,11 +115,11 @@ pub(super) fn pause_state(d: &Deployment) -> (bool, Option<&str>) {
 /// Before a Deployment with a `pause-period` rolls: pauses it (`spec.paused`, and `paused-at`
 /// so it is known to be ours) unless it is paused already, and schedules the resume. Returns the
 /// period when it paused now.
-async fn pause(ctx: &Context, plan: &Plan) -> Result<Option<Duration>> {
-    let Owned::Deployment(d) = &*plan.workload else {
+async fn pause(ctx: &Context, plan: &Plan, workload: &Owned) -> Result<Option<Duration>> {
+    let Owned::Deployment(d) = workload else {
         return Ok(None);
     };
-    let Some(period) = plan.workload.settings().pause_period else {
+    let Some(period) = workload.settings().pause_period else {
         return Ok(None);
     };
     if pause_state(d).0 {
@@ -124,7 +130,7 @@ async fn pause(ctx: &Context, plan: &Plan) -> Result<Option<Duration>> {
         "spec": {"paused": true},
         "metadata": {"annotations": {crate::settings::PAUSED_AT: crate::settings::format_rfc3339(unix_now())}},
     });
-    merge_patch(ctx, plan.workload.workload().kind(), &plan.object, &body).await?;
+    merge_patch(ctx, plan.workload.kind(), &plan.object, &body).await?;
     ctx.later(Work::Resume(plan.object.clone()), period);
     Ok(Some(period))
 }
@@ -220,7 +226,7 @@ async fn restart_rollout(ctx: &Context, plan: &Plan, patch: &WorkloadPatch) -> R
 /// Server-side applies `patch` (field manager [`FIELD_MANAGER`], forced) and keeps the returned
 /// object, so an evaluation before the watch catches up sees our write.
 async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> Result<()> {
-    let kind = plan.workload.workload().kind();
+    let kind = plan.workload.kind();
     let ar = ctx.state().resources.get(&kind).cloned();
     let Some(ar) = ar else {
         return Err(Error::KindNotServed { kind });
@@ -246,6 +252,10 @@ fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, mut writt
     written.types = None;
     super::cache::trim_kind(kind)(&mut written);
     let written = Cached::new(kind, std::sync::Arc::new(written));
+    // Only what reads as its kind is cached (what `Cached::typed` relies on).
+    if written.typed().is_none() {
+        return;
+    }
     let mut state = ctx.state();
     let newer = state
         .workloads

@@ -142,11 +142,6 @@ impl Owned {
         })
     }
 
-    /// Its uid.
-    pub(super) fn uid(&self) -> Option<&str> {
-        self.workload().metadata().uid.as_deref()
-    }
-
     /// Its rollout settings (`conflux.dev/reload-debounce`, Reloader's pause-period and
     /// rollout-strategy).
     pub(super) fn settings(&self) -> WorkloadSettings {
@@ -170,10 +165,15 @@ impl Cached {
         Cached { kind, object }
     }
 
-    /// The typed object (`None` only if it no longer reads as its kind, which the watch that
-    /// cached it already checked).
+    /// The typed object (`None` only if it no longer reads as its kind, which the watch or the
+    /// write that cached it already checked).
     pub(super) fn typed(&self) -> Option<Owned> {
         Owned::from_dynamic(self.kind, (*self.object).clone()).ok()
+    }
+
+    /// Its kind.
+    pub(super) fn kind(&self) -> WorkloadKind {
+        self.kind
     }
 
     /// The pod template: what the rollout decision reads besides the annotations.

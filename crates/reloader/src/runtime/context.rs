@@ -13,7 +13,7 @@ use kube::Client;
 use kube::api::PartialObjectMeta;
 use kube::runtime::events::Recorder;
 
-use super::cache::{Owned, State};
+use super::cache::{Cached, State};
 use super::config::ReloadConfig;
 use super::metrics::{DecisionLabels, ReloadMetrics};
 use super::work::{Causes, Work};
@@ -207,19 +207,19 @@ pub(super) fn reference_to(
 }
 
 /// The Event target for a workload.
-pub(super) fn reference(ctx: &Context, object: &ObjectRef, workload: &Owned) -> ObjectReference {
-    let w = workload.workload();
+pub(super) fn reference(ctx: &Context, object: &ObjectRef, workload: &Cached) -> ObjectReference {
+    let kind = workload.kind();
     let api_version = ctx
         .state()
         .resources
-        .get(&w.kind())
+        .get(&kind)
         .map(|ar| ar.api_version.clone())
-        .unwrap_or_else(|| w.kind().api_version().to_owned());
+        .unwrap_or_else(|| kind.api_version().to_owned());
     reference_to(
         &api_version,
         &object.kind,
         &object.namespace,
         &object.name,
-        w.metadata().uid.clone(),
+        workload.uid().map(str::to_owned),
     )
 }

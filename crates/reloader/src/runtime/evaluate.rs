@@ -61,7 +61,7 @@ pub(super) async fn batch(
                 .serves(&object.namespace)
                 .then(|| {
                     let entry = state.index.get(&object)?;
-                    let workload = Arc::new(state.workloads.get(&object)?.typed()?);
+                    let workload = state.workloads.get(&object)?.clone();
                     let view = NamespaceView::of(
                         configs,
                         &state.providers,
@@ -80,7 +80,9 @@ pub(super) async fn batch(
                         .memory
                         .get(&object, workload.uid())
                         .map(|e| e.baseline.clone());
-                    let ws = WorkloadState::of(workload.workload())?.with_remembered(remembered);
+                    // Typed for this line only: the batch keeps what it needs of it.
+                    let ws = WorkloadState::of(workload.typed()?.workload())?
+                        .with_remembered(remembered);
                     let mounts = watch
                         .providers
                         .iter()

@@ -2,11 +2,10 @@
 //! the reads come in.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 
-use super::cache::Owned;
+use super::cache::Cached;
 use super::work::Causes;
 use crate::hash::ConfigHash;
 use crate::opt_in::Watch;
@@ -16,7 +15,8 @@ use crate::source::ProviderObject;
 /// One workload of the batch, ready to be hashed.
 pub(super) struct Plan {
     pub(super) object: ObjectRef,
-    pub(super) workload: Arc<Owned>,
+    /// The informer's copy: the batch holds no typed copy; a rollout types it ([`Cached::typed`]).
+    pub(super) workload: Cached,
     pub(super) watch: Watch,
     pub(super) state: WorkloadState,
     /// What its pods mounted from each SecretProviderClass it watches (CSI integration).

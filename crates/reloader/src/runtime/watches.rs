@@ -89,7 +89,7 @@ pub(super) async fn on_workload(
                 .get(&object)
                 .is_some_and(|e| *e.opt_in.grant() == grant);
         if unchanged {
-            state.workloads.insert(object.clone(), cached);
+            state.workloads.insert(object.clone(), cached.clone());
             return Some(object);
         }
         let indexed = state.index.apply_granted(owned.workload(), grant);
@@ -127,7 +127,7 @@ pub(super) async fn on_workload(
                 };
                 problems.push((err.reason(), err.to_string()));
             }
-            state.workloads.insert(object.clone(), cached);
+            state.workloads.insert(object.clone(), cached.clone());
             schedule_resume(ctx, &object, &owned, &settings);
             problems
         } else {
@@ -154,7 +154,7 @@ pub(super) async fn on_workload(
         Some((reason, _)) => {
             let notes: Vec<&str> = problems.iter().map(|(_, note)| note.as_str()).collect();
             let note = format!("reload annotations: {}", notes.join("; "));
-            let reference = reference(ctx, &object, &owned);
+            let reference = reference(ctx, &object, &cached);
             ctx.problems
                 .report(
                     &ctx.recorder,
