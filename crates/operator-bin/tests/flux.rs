@@ -639,34 +639,7 @@ async fn conflux_build_matches_what_kustomize_controller_applies() {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
         };
-        match (flux, &ours) {
-            (Ok(f), Ok(c)) => {
-                for line in corpus::differences(f, c) {
-                    let line = format!("{}: {line}", case.name);
-                    match corpus::KNOWN
-                        .iter()
-                        .find(|(known, _)| line.starts_with(known))
-                    {
-                        Some((_, why)) => println!("corpus: known difference: {line} ({why})"),
-                        None => report.push(line),
-                    }
-                }
-            }
-            (Err(f), Err(c)) => println!(
-                "corpus: {} refused by both: kustomize-controller: {}; conflux: {}",
-                case.name,
-                f.chars().take(160).collect::<String>(),
-                c.chars().take(160).collect::<String>()
-            ),
-            (Ok(f), Err(e)) => report.push(format!(
-                "{}: flux applied {f}, conflux failed: {e}",
-                case.name
-            )),
-            (Err(e), Ok(c)) => report.push(format!(
-                "{}: flux failed ({e}), conflux built {c}",
-                case.name
-            )),
-        }
+        corpus::judge("corpus", &case.name, flux, &ours, &mut report);
     }
     let refused: Vec<&str> = cases
         .iter()

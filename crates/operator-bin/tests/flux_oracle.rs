@@ -97,36 +97,12 @@ fn conflux_build_substitutes_as_kustomize_controller_1_10() {
             ours.arg("--substitute").arg(format!("{name}={value}"));
         }
         let ours = run(ours, &case.manifest);
-        match (
+        let (flux, ours) = (
             flux.and_then(|t| spec_of(&t)),
             ours.and_then(|t| spec_of(&t)),
-        ) {
-            (Ok(f), Ok(c)) => {
-                for line in corpus::differences(&f, &c) {
-                    let line = format!("{}: {line}", case.name);
-                    match corpus::KNOWN.iter().find(|(k, _)| line.starts_with(k)) {
-                        Some((_, why)) => println!("flux-oracle: known difference: {line} ({why})"),
-                        None => report.push(line),
-                    }
-                }
-            }
-            (Err(f), Err(c)) => {
-                println!(
-                    "flux-oracle: {} refused by both: kustomize-controller: {}; conflux: {}",
-                    case.name,
-                    f.chars().take(160).collect::<String>(),
-                    c.chars().take(160).collect::<String>()
-                );
-                refused.push(case.name.clone());
-            }
-            (Ok(f), Err(e)) => report.push(format!(
-                "{}: flux applied {f}, conflux failed: {e}",
-                case.name
-            )),
-            (Err(e), Ok(c)) => report.push(format!(
-                "{}: flux failed ({e}), conflux built {c}",
-                case.name
-            )),
+        );
+        if corpus::judge("flux-oracle", &case.name, &flux, &ours, &mut report) {
+            refused.push(case.name.clone());
         }
     }
     println!(

@@ -139,17 +139,22 @@ fn the_path_s_own_patches_see_the_flux_components() {
     assert_eq!(same("component-patch", &overlay), 2);
 }
 
-#[test]
-fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guessed() {
-    // A list in a patch of a Kubernetes kind: kustomize merges it with the schema's list keys.
-    let overlay = FluxOverlay {
+/// A strategic-merge patch with a list, of a Kubernetes kind: kustomize merges the list with the
+/// schema's list keys, which the built-in subset does not know.
+fn list_patch() -> FluxOverlay {
+    FluxOverlay {
         patches: vec![
             json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n\
                                        data: {x: y}\nimmutable: true\nother: [1]\n",
                              "target": {"kind": "ConfigMap"}}),
         ],
         ..FluxOverlay::default()
-    };
+    }
+}
+
+#[test]
+fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guessed() {
+    let overlay = list_patch();
     let built = Engine::BuiltIn
         .build(&corpus(), "generated", &overlay)
         .expect("builds");
@@ -162,14 +167,7 @@ fn a_strategic_merge_patch_the_built_in_cannot_apply_exactly_is_named_not_guesse
 /// is exact, and the binary's where it is not: never the subset's guess.
 #[test]
 fn the_auto_engine_takes_the_binary_where_the_subset_is_not_exact() {
-    let overlay = FluxOverlay {
-        patches: vec![
-            json!({"patch": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n\
-                                       data: {x: y}\nimmutable: true\nother: [1]\n",
-                             "target": {"kind": "ConfigMap"}}),
-        ],
-        ..FluxOverlay::default()
-    };
+    let overlay = list_patch();
     let auto = Engine::Auto(kustomize());
     let built = auto
         .build(&corpus(), "generated", &overlay)

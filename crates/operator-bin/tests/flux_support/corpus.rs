@@ -261,3 +261,43 @@ pub fn differences(flux: &Value, conflux: &Value) -> Vec<String> {
     }
     out
 }
+
+/// Judges one case: what kustomize-controller did (`flux`: the applied `spec`, or its failure)
+/// against what `conflux build` made (`ours`). Differences not in [`KNOWN`] go to `report`;
+/// `tag` starts each line printed. Returns whether both refused the case.
+pub fn judge(
+    tag: &str,
+    case: &str,
+    flux: &Result<Value, String>,
+    ours: &Result<Value, String>,
+    report: &mut Vec<String>,
+) -> bool {
+    match (flux, ours) {
+        (Ok(f), Ok(c)) => {
+            for line in differences(f, c) {
+                let line = format!("{case}: {line}");
+                match KNOWN.iter().find(|(known, _)| line.starts_with(known)) {
+                    Some((_, why)) => println!("{tag}: known difference: {line} ({why})"),
+                    None => report.push(line),
+                }
+            }
+            false
+        }
+        (Err(f), Err(c)) => {
+            println!(
+                "{tag}: {case} refused by both: kustomize-controller: {}; conflux: {}",
+                f.chars().take(160).collect::<String>(),
+                c.chars().take(160).collect::<String>()
+            );
+            true
+        }
+        (Ok(f), Err(e)) => {
+            report.push(format!("{case}: flux applied {f}, conflux failed: {e}"));
+            false
+        }
+        (Err(e), Ok(c)) => {
+            report.push(format!("{case}: flux failed ({e}), conflux built {c}"));
+            false
+        }
+    }
+}
