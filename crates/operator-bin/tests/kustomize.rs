@@ -65,6 +65,18 @@ fn same(dir: &str, overlay: &FluxOverlay) -> usize {
         "{dir}: the built-in build reports {:?}",
         built_in.problems
     );
+    // In the same order too: kustomize-controller applies in build order, unsorted.
+    let order = |objects: &[Object]| -> Vec<String> {
+        objects
+            .iter()
+            .map(|o| format!("{}/{}", o.object["kind"], o.object["metadata"]["name"]))
+            .collect()
+    };
+    assert_eq!(
+        order(&built_in.objects),
+        order(&real.objects),
+        "{dir}: object order"
+    );
     let (ours, theirs) = (by_name(built_in.objects), by_name(real.objects));
     assert_eq!(
         ours.keys().collect::<Vec<_>>(),

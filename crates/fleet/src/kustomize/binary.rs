@@ -43,7 +43,15 @@ pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay
     std::fs::write(built_dir.join(&file_name), text)
         .map_err(|e| Error::io(built_dir.display(), e))?;
     let output = Command::new(binary)
-        .args(["build", "--load-restrictor", "LoadRestrictionsNone"])
+        // kustomize-controller builds with an empty `Reorder` option, which sorts nothing (only
+        // a kustomization's own `sortOptions` do); the CLI's default is the legacy sort.
+        .args([
+            "build",
+            "--load-restrictor",
+            "LoadRestrictionsNone",
+            "--reorder",
+            "none",
+        ])
         .arg(&built_dir)
         .output()
         .map_err(|source| Error::Run {

@@ -82,8 +82,9 @@ fn strings(value: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// One kustomization (or component) applied to `items`: resources, components, generators, then
-/// transformers, as kustomize's `accumulateTarget`.
+/// One kustomization (or component) applied to `items`: resources, generators, components, then
+/// transformers, in kustomize's order (its output with `--reorder none`, as kustomize-controller
+/// builds).
 fn accumulate(
     here: Here<'_>,
     kustomization: &Value,
@@ -173,6 +174,9 @@ fn accumulate(
         }
     }
     items.extend(own);
+    // The kustomization's own generators before its components, as kustomize orders them (a
+    // component's patch or `behavior: merge` may then reach a generated object).
+    generators(here, kustomization, items, build)?;
     for component in strings(kustomization.get("components")) {
         let path = join(dir, &component);
         let (file, child) = load_kustomization(root, &path)?;
@@ -189,7 +193,6 @@ fn accumulate(
         };
         accumulate(here, &child, items, build, depth + 1)?;
     }
-    generators(here, kustomization, items, build)?;
     patches(here, kustomization, items, build)?;
     transform(kustomization, items);
     Ok(())
