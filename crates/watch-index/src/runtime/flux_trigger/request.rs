@@ -322,7 +322,7 @@ impl Executor {
         first
     }
 
-    /// One merge patch of `object`'s metadata (its annotations), with [`FIELD_MANAGER`].
+    /// One merge patch of `object`'s annotations, with [`FIELD_MANAGER`].
     async fn patch(
         &self,
         object: &ObjectRef,
@@ -336,9 +336,7 @@ impl Executor {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
         };
-        // Only the metadata comes back (`as=PartialObjectMetadata`): nothing here reads the rest,
-        // and the API server then encodes a fraction of each Kustomization per request.
-        api.patch_metadata(&object.name, &params, &Patch::Merge(patch))
+        api.patch(&object.name, &params, &Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(conflux_runtime::Error::api(action))
