@@ -199,6 +199,37 @@ fn the_auto_engine_takes_the_binary_where_the_subset_is_not_exact() {
     assert_eq!(by_name(plain.objects), by_name(subset.objects));
 }
 
+/// A bad YAML alias: with the auto engine the failure is kustomize's, in the file and line the
+/// subset found at fault (kustomize names none).
+#[test]
+fn the_auto_engine_names_the_file_kustomize_fails_on() {
+    let root = std::env::temp_dir().join(format!("conflux-auto-alias-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("web")).expect("mkdir");
+    std::fs::write(
+        root.join("web/kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - cm.yaml\n",
+    )
+    .expect("write");
+    std::fs::write(
+        root.join("web/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\ndata:\n  a: *missing\n",
+    )
+    .expect("write");
+    let failed = Engine::Auto(kustomize()).build(&root, "web", &FluxOverlay::default());
+    let _ = std::fs::remove_dir_all(&root);
+    match failed {
+        Err(conflux_fleet::Error::InFile { file, line, source }) => {
+            assert_eq!((file.as_str(), line), ("web/cm.yaml", Some(6)));
+            assert!(
+                matches!(*source, conflux_fleet::Error::Kustomize(_)),
+                "kustomize's own words: {source}"
+            );
+        }
+        other => panic!("expected a failure in web/cm.yaml, got {other:?}"),
+    }
+}
+
 #[test]
 fn legacy_octal_reads_as_kustomize_reads_it() {
     let root = corpus();

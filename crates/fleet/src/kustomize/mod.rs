@@ -212,9 +212,22 @@ impl Engine {
         match self {
             Engine::Auto(binary) => match builtin::build(root, dir, overlay) {
                 Ok(build) if build.problems.is_empty() => Ok(build),
-                // Anything the subset cannot do exactly, and every failure (for kustomize's own
-                // words), goes to the binary.
-                _ => Engine::Binary(binary.clone()).build(root, dir, overlay),
+                // Anything the subset cannot do exactly goes to the binary.
+                Ok(_) => Engine::Binary(binary.clone()).build(root, dir, overlay),
+                // So does every failure, for kustomize's own words; where kustomize fails too,
+                // the file (and line) the subset found at fault goes with them: kustomize's
+                // message names no file.
+                Err(ours) => match Engine::Binary(binary.clone()).build(root, dir, overlay) {
+                    Err(theirs) => Err(match ours {
+                        Error::InFile { file, line, .. } => Error::InFile {
+                            file,
+                            line,
+                            source: Box::new(theirs),
+                        },
+                        _ => theirs,
+                    }),
+                    built => built,
+                },
             },
             Engine::Binary(binary) => match binary::build(binary, root, dir, overlay) {
                 Err(Error::Kustomize(err)) if binary::is_remote_failure(&err) => {
