@@ -40,6 +40,7 @@ use tracing::{debug, info, warn};
 use crate::health::{Health, Probe};
 pub use crate::meta_store::{Backend, KubeStore, MetaStore, Snapshot, StoredMeta};
 use crate::metrics::{ResourceLabels, WatchMetrics};
+use crate::packed_store::PackedStore;
 use crate::sync::lock;
 
 /// How long after the last watch error the kind counts as failing when no event proved it
@@ -243,6 +244,37 @@ where
 
     /// The store of every object of the kind (shared).
     pub fn store(&self) -> MetaStore<X> {
+        self.shared.store.clone()
+    }
+}
+
+impl<K> Informer<K, PackedStore<K>>
+where
+    K: Watched + serde::Serialize,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    /// A shared watch that keeps its objects as JSON text in a [`PackedStore`] and parses one
+    /// when it is delivered or asked for (see [`Informer::new`] for the rest): for kinds with
+    /// many objects that are read on a change only.
+    pub fn new_packed(
+        stream: impl Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+        resource: &str,
+        metrics: Arc<WatchMetrics>,
+        health: &Health,
+        stall_after: Duration,
+    ) -> (Self, impl Future<Output = ()> + Send + 'static) {
+        Self::with_backend(
+            stream,
+            PackedStore::default(),
+            resource,
+            metrics,
+            health,
+            stall_after,
+        )
+    }
+
+    /// The store of every object of the kind (shared).
+    pub fn store(&self) -> PackedStore<K> {
         self.shared.store.clone()
     }
 }

@@ -9,7 +9,8 @@
 //! - [`configs`]: the one metadata-only watch of ConfigMaps and one of Secrets, shared by every
 //!   controller of the process.
 //! - [`informer`]: one fault-tolerant watch per kind, fanned out to every subscriber, with
-//!   re-lists diffed so nothing is lost.
+//!   re-lists diffed so nothing is lost; its objects kept whole (kube's store), as compact
+//!   metadata ([`MetaStore`]) or as JSON text parsed when read ([`PackedStore`]).
 //! - [`queue`]: the one work queue of every controller: keyed, coalescing, debounced with a
 //!   leading edge and a deadline, rate-limited, bounded, started once its watches are in.
 //! - [`health`]: readiness and liveness as a tree of named parts.
@@ -35,6 +36,7 @@ mod initial_list;
 pub mod lease;
 pub mod meta_store;
 pub mod metrics;
+pub mod packed_store;
 pub mod queue;
 pub mod server;
 pub mod shutdown;
@@ -59,6 +61,7 @@ pub use informer::{Change, Informer, Subscription, Watched, WithPrevious};
 pub use initial_list::InitialList;
 pub use meta_store::{MetaStore, StoredMeta};
 pub use metrics::WatchMetrics;
+pub use packed_store::PackedStore;
 pub use queue::{Gate, Next, QueueConfig, QueueMetrics, Window, WorkQueue};
 pub use tasks::Tasks;
 
@@ -375,6 +378,31 @@ impl Runtime {
         let (informer, driver) = Informer::new(
             self.watch(api, config).modify(trim),
             dyntype,
+            resource,
+            self.inner.metrics.clone(),
+            health,
+            self.inner.stall_after,
+        );
+        self.spawn(driver);
+        informer
+    }
+
+    /// [`Runtime::informer_trimmed_with`], keeping the objects as JSON text
+    /// ([`PackedStore`]): for kinds with many objects read on a change only.
+    pub fn informer_packed_with<K>(
+        &self,
+        api: Api<K>,
+        config: watcher::Config,
+        resource: &str,
+        health: &Health,
+        trim: impl FnMut(&mut K) + Send + 'static,
+    ) -> Informer<K, PackedStore<K>>
+    where
+        K: Watched + Resource + serde::Serialize,
+        K::DynamicType: Eq + Hash + Clone + Send + Sync,
+    {
+        let (informer, driver) = Informer::new_packed(
+            self.watch(api, config).modify(trim),
             resource,
             self.inner.metrics.clone(),
             health,

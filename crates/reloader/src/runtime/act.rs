@@ -251,11 +251,10 @@ async fn apply(ctx: &Context, plan: &Plan, patch: WorkloadPatch) -> Result<()> {
 fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, mut written: DynamicObject) {
     written.types = None;
     super::cache::trim_kind(kind)(&mut written);
-    let written = Cached::new(kind, std::sync::Arc::new(written));
     // Only what reads as its kind is cached (what `Cached::typed` relies on).
-    if written.typed().is_none() {
+    let Ok(written) = Cached::new(kind, &written) else {
         return;
-    }
+    };
     let mut state = ctx.state();
     let newer = state
         .workloads

@@ -122,23 +122,26 @@ impl Owned {
         }
     }
 
-    /// The typed object of a dynamic one, trimmed ([`trim`]). The type fields are dropped first:
-    /// list items have none, and a `batch/v1beta1` CronJob (Kubernetes < 1.21) has the same shape
-    /// as `batch/v1`.
+    /// The typed object of a dynamic one, trimmed ([`trim_kind`]).
+    #[cfg(test)]
     pub(super) fn from_dynamic(
         kind: WorkloadKind,
         mut obj: DynamicObject,
     ) -> serde_json::Result<Self> {
-        obj.types = None;
         trim_kind(kind)(&mut obj);
-        let value = serde_json::to_value(obj)?;
+        Self::from_json(kind, &untyped_json(&obj)?)
+    }
+
+    /// The typed object of its JSON without type fields (list items have none, and a
+    /// `batch/v1beta1` CronJob, Kubernetes < 1.21, has the same shape as `batch/v1`).
+    fn from_json(kind: WorkloadKind, json: &str) -> serde_json::Result<Self> {
         Ok(match kind {
-            WorkloadKind::Deployment => Owned::Deployment(serde_json::from_value(value)?),
-            WorkloadKind::StatefulSet => Owned::StatefulSet(serde_json::from_value(value)?),
-            WorkloadKind::DaemonSet => Owned::DaemonSet(serde_json::from_value(value)?),
-            WorkloadKind::CronJob => Owned::CronJob(serde_json::from_value(value)?),
-            WorkloadKind::Job => Owned::Job(serde_json::from_value(value)?),
-            WorkloadKind::Rollout => Owned::Rollout(serde_json::from_value(value)?),
+            WorkloadKind::Deployment => Owned::Deployment(serde_json::from_str(json)?),
+            WorkloadKind::StatefulSet => Owned::StatefulSet(serde_json::from_str(json)?),
+            WorkloadKind::DaemonSet => Owned::DaemonSet(serde_json::from_str(json)?),
+            WorkloadKind::CronJob => Owned::CronJob(serde_json::from_str(json)?),
+            WorkloadKind::Job => Owned::Job(serde_json::from_str(json)?),
+            WorkloadKind::Rollout => Owned::Rollout(serde_json::from_str(json)?),
         })
     }
 
@@ -150,25 +153,77 @@ impl Owned {
     }
 }
 
-/// An opted-in workload as the informer keeps it: the informer's own `Arc` (trimmed by
-/// [`trim_kind`]), so the cache adds no copy. Decisions type it on demand ([`Cached::typed`]):
-/// a typed copy lives only while one evaluation or write uses it.
+/// `obj` as JSON without its type fields.
+fn untyped_json(obj: &DynamicObject) -> serde_json::Result<String> {
+    #[derive(serde::Serialize)]
+    struct Untyped<'a> {
+        metadata: &'a kube::api::ObjectMeta,
+        #[serde(flatten)]
+        data: &'a serde_json::Value,
+    }
+    serde_json::to_string(&Untyped {
+        metadata: &obj.metadata,
+        data: &obj.data,
+    })
+}
+
+/// An opted-in workload as the cache keeps it: its JSON (trimmed by [`trim_kind`]) and the few
+/// fields every event compares, about a tenth of the memory of the object as a tree. Decisions
+/// type it on demand ([`Cached::typed`]): a typed copy lives only while one evaluation or write
+/// uses it.
 #[derive(Debug, Clone)]
 pub(super) struct Cached {
     kind: WorkloadKind,
-    object: Arc<DynamicObject>,
+    packed: Arc<Packed>,
+}
+
+#[derive(Debug)]
+struct Packed {
+    /// The object without its type fields.
+    json: Box<str>,
+    uid: Option<Box<str>>,
+    resource_version: Option<u64>,
+    /// SHA-256 of what [`decide`](crate::patch::decide) reads: the uid, the annotations and the
+    /// pod template.
+    decision: [u8; 32],
 }
 
 impl Cached {
-    /// `object` of `kind`, as the informer (or our own write's response) gave it.
-    pub(super) fn new(kind: WorkloadKind, object: Arc<DynamicObject>) -> Self {
-        Cached { kind, object }
+    /// `object` of `kind`, as the informer (or our own write's response, trimmed) gave it; an
+    /// error if it does not read as its kind.
+    pub(super) fn new(kind: WorkloadKind, object: &DynamicObject) -> serde_json::Result<Self> {
+        use sha2::{Digest, Sha256};
+        let json = untyped_json(object)?;
+        // Checked here once, so `typed` can rely on it.
+        Owned::from_json(kind, &json)?;
+        let spec = object.data.get("spec");
+        let template = match kind {
+            WorkloadKind::CronJob => spec
+                .and_then(|s| s.get("jobTemplate"))
+                .and_then(|j| j.get("spec"))
+                .and_then(|s| s.get("template")),
+            _ => spec.and_then(|s| s.get("template")),
+        };
+        let meta = &object.metadata;
+        let decision = serde_json::to_vec(&(&meta.uid, &meta.annotations, template))?;
+        Ok(Cached {
+            kind,
+            packed: Arc::new(Packed {
+                json: json.into(),
+                uid: meta.uid.as_deref().map(Box::from),
+                resource_version: meta
+                    .resource_version
+                    .as_deref()
+                    .and_then(|v| v.parse().ok()),
+                decision: Sha256::digest(decision).into(),
+            }),
+        })
     }
 
-    /// The typed object (`None` only if it no longer reads as its kind, which the watch or the
-    /// write that cached it already checked).
+    /// The typed object (`None` only if it no longer reads as its kind, which [`Cached::new`]
+    /// already checked).
     pub(super) fn typed(&self) -> Option<Owned> {
-        Owned::from_dynamic(self.kind, (*self.object).clone()).ok()
+        Owned::from_json(self.kind, &self.packed.json).ok()
     }
 
     /// Its kind.
@@ -176,45 +231,38 @@ impl Cached {
         self.kind
     }
 
-    /// The pod template: what the rollout decision reads besides the annotations.
-    fn template(&self) -> Option<&serde_json::Value> {
-        let spec = self.object.data.get("spec")?;
-        match self.kind {
-            WorkloadKind::CronJob => spec.get("jobTemplate")?.get("spec")?.get("template"),
-            _ => spec.get("template"),
-        }
-    }
-
     /// Whether everything [`decide`](crate::patch::decide) reads of the two versions is equal:
     /// the pod template (what is consumed, our template annotation) and the workload's
     /// annotations (opt-in, settings). An update that changes none of it (status, replicas,
     /// labels) needs no evaluation.
     pub(super) fn same_for_decision(&self, other: &Cached) -> bool {
-        let (a, b) = (&self.object.metadata, &other.object.metadata);
-        a.uid == b.uid && a.annotations == b.annotations && self.template() == other.template()
+        self.packed.decision == other.packed.decision
     }
 
     /// Whether this version is known to be older than `other` (etcd resourceVersions are
     /// integers; anything else is treated as not older).
     pub(super) fn is_older_than(&self, other: &Cached) -> bool {
-        let rv = |o: &Cached| {
-            o.object
-                .metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        matches!((rv(self), rv(other)), (Some(a), Some(b)) if a < b)
+        matches!(
+            (self.packed.resource_version, other.packed.resource_version),
+            (Some(a), Some(b)) if a < b
+        )
     }
 
     /// Its uid.
     pub(super) fn uid(&self) -> Option<&str> {
-        self.object.metadata.uid.as_deref()
+        self.packed.uid.as_deref()
     }
 
     /// Its rollout settings (see [`Owned::settings`]).
     pub(super) fn settings(&self) -> WorkloadSettings {
-        WorkloadSettings::parse(self.kind, self.object.metadata.annotations.as_ref())
+        #[derive(serde::Deserialize)]
+        struct Meta {
+            metadata: kube::api::ObjectMeta,
+        }
+        let annotations = serde_json::from_str::<Meta>(&self.packed.json)
+            .ok()
+            .and_then(|m| m.metadata.annotations);
+        WorkloadSettings::parse(self.kind, annotations.as_ref())
     }
 }
 

@@ -3,10 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use conflux_runtime::Informer;
 use conflux_runtime::events::{Problems, recorder};
 use conflux_runtime::queue::{Limit, Window, WorkQueue};
 use conflux_runtime::sync::lock;
+use conflux_runtime::{Informer, PackedStore};
 use conflux_watch_index::refs::ObjectRef;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference};
 use kube::Client;
@@ -21,6 +21,9 @@ use crate::policy::Grant;
 use crate::source::SourceKind;
 use crate::{Workload, WorkloadKind};
 use kube::api::DynamicObject;
+
+/// A workload kind's shared watch: its objects kept as JSON text.
+pub(super) type WorkloadInformer = Informer<DynamicObject, PackedStore<DynamicObject>>;
 
 /// Shared state of the controller.
 pub struct Context {
@@ -38,7 +41,7 @@ pub struct Context {
     /// The queue, once [`run`](super::run) made it.
     pub(super) queue: Mutex<Option<WorkQueue<Work, Causes>>>,
     /// The workload watches, to apply a changed ReloadPolicy to every workload.
-    pub(super) workload_informers: Mutex<Vec<(WorkloadKind, Informer<DynamicObject>)>>,
+    pub(super) workload_informers: Mutex<Vec<(WorkloadKind, WorkloadInformer)>>,
 }
 
 impl std::fmt::Debug for Context {

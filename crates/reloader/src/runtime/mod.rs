@@ -205,10 +205,9 @@ pub async fn run(runtime: Runtime, configs: ConfigWatches, ctx: Arc<Context>) {
         ));
     }
     for (kind, ar) in resources {
-        let informer = runtime.informer_trimmed_with(
+        let informer = runtime.informer_packed_with(
             api(&ar),
             sharded(&ctx.config.object_selector),
-            ar.clone(),
             kind.as_str(),
             &health,
             cache::trim_kind(kind),

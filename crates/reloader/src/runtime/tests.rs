@@ -765,6 +765,7 @@ fn the_cache_trims_what_no_decision_reads() {
     let mut d = deployment("web", "c", "s");
     d.data["status"] = json!({"replicas": 1});
     d.metadata.managed_fields = Some(Vec::new());
+    cache::trim_kind(WorkloadKind::Deployment)(&mut d);
     let owned = cache::Owned::from_dynamic(WorkloadKind::Deployment, d).expect("a Deployment");
     let cache::Owned::Deployment(d) = owned else {
         panic!("a Deployment");
@@ -824,4 +825,53 @@ fn trimmed_workloads_keep_what_decisions_read() {
     let whole = job.data.clone();
     cache::trim_kind(WorkloadKind::Job)(&mut job);
     assert_eq!(job.data, whole);
+}
+
+/// The cache keeps a workload as its JSON: it types back to the same object, and only what a
+/// decision reads (uid, annotations, pod template) makes two versions differ for a decision.
+#[test]
+fn cached_workloads_compare_what_decisions_read() {
+    let mut d = deployment("app", "cm", "secret");
+    d.metadata.uid = Some("u1".into());
+    d.metadata.resource_version = Some("10".into());
+    cache::trim_kind(WorkloadKind::Deployment)(&mut d);
+    let cached =
+        |d: &DynamicObject| cache::Cached::new(WorkloadKind::Deployment, d).expect("a Deployment");
+    let a = cached(&d);
+    let (Some(cache::Owned::Deployment(typed)), Ok(cache::Owned::Deployment(direct))) = (
+        a.typed(),
+        cache::Owned::from_dynamic(WorkloadKind::Deployment, d.clone()),
+    ) else {
+        panic!("Deployments");
+    };
+    assert_eq!(typed, direct);
+    assert_eq!(typed.metadata.name.as_deref(), Some("app"));
+    assert_eq!(a.uid(), Some("u1"));
+
+    // Labels, status and a newer resourceVersion: the same for a decision, and newer.
+    let mut b = d.clone();
+    b.metadata.resource_version = Some("11".into());
+    b.metadata.labels = Some([("l".to_owned(), "v".to_owned())].into());
+    b.data["status"] = json!({"replicas": 2});
+    let b = cached(&b);
+    assert!(a.same_for_decision(&b) && a.is_older_than(&b) && !b.is_older_than(&a));
+
+    // An annotation, the template, or another uid: different.
+    let mut c = d.clone();
+    c.metadata.annotations =
+        Some([(crate::settings::RELOAD_DEBOUNCE.to_owned(), "5s".to_owned())].into());
+    let c = cached(&c);
+    assert!(!a.same_for_decision(&c));
+    assert_eq!(c.settings().debounce, Some(Duration::from_secs(5)));
+    let mut t = d.clone();
+    t.data["spec"]["template"]["metadata"] = json!({"annotations": {"x": "y"}});
+    assert!(!a.same_for_decision(&cached(&t)));
+    let mut u = d.clone();
+    u.metadata.uid = Some("u2".into());
+    assert!(!a.same_for_decision(&cached(&u)));
+
+    // What does not read as its kind is not cached.
+    let mut bad = d;
+    bad.data["spec"]["template"]["spec"]["containers"] = json!("not a list");
+    assert!(cache::Cached::new(WorkloadKind::Deployment, &bad).is_err());
 }

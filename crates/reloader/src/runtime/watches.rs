@@ -58,15 +58,16 @@ pub(super) async fn on_workload(
     obj: Arc<DynamicObject>,
 ) -> Option<ObjectRef> {
     let name = obj.name_any();
-    let cached = Cached::new(kind, obj.clone());
-    // Typed for the index and the checks below only; the cache keeps `obj`, the informer's copy.
-    let owned = match Owned::from_dynamic(kind, (*obj).clone()) {
-        Ok(owned) => Arc::new(owned),
+    let cached = match Cached::new(kind, &obj) {
+        Ok(cached) => cached,
         Err(err) => {
             warn!(%kind, %name, error = %err, "reload: cannot read workload");
             return None;
         }
     };
+    drop(obj);
+    // Typed for the index and the checks below only; the cache keeps the packed copy.
+    let owned = Arc::new(cached.typed()?);
     let object = owned.workload().object_ref()?;
     let (problems, evaluate) = {
         let mut state = ctx.state();
