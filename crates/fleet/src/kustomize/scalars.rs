@@ -277,16 +277,12 @@ fn nodes(text: &str) -> Result<Vec<Node>, Error> {
 fn fields(entries: &[(Node, Node)]) -> Vec<(&Node, &Node)> {
     let is_merge =
         |key: &Node| matches!(key, Node::Scalar { text, plain: true, .. } if text == "<<");
-    let name = |key: &Node| match key {
-        Node::Scalar { text, .. } => Some(text.clone()),
-        _ => None,
-    };
     let mut out: Vec<(&Node, &Node)> = entries
         .iter()
         .filter(|(k, _)| !is_merge(k))
         .map(|(k, v)| (k, v))
         .collect();
-    let mut seen: HashSet<String> = out.iter().filter_map(|(k, _)| name(k)).collect();
+    let mut seen: HashSet<&str> = out.iter().filter_map(|(k, _)| key_text(k)).collect();
     for (_, merged) in entries.iter().filter(|(k, _)| is_merge(k)) {
         let maps = match merged {
             Node::Seq { items, .. } => items.iter().collect(),
@@ -295,7 +291,7 @@ fn fields(entries: &[(Node, Node)]) -> Vec<(&Node, &Node)> {
         for map in maps {
             if let Node::Map { entries, .. } = map {
                 for (key, value) in fields(entries) {
-                    if name(key).is_some_and(|n| seen.insert(n)) {
+                    if key_text(key).is_some_and(|k| seen.insert(k)) {
                         out.push((key, value));
                     }
                 }
@@ -303,6 +299,14 @@ fn fields(entries: &[(Node, Node)]) -> Vec<(&Node, &Node)> {
         }
     }
     out
+}
+
+/// A scalar key's text (a collection as a key names nothing serde-saphyr kept).
+fn key_text(key: &Node) -> Option<&str> {
+    match key {
+        Node::Scalar { text, .. } => Some(text),
+        _ => None,
+    }
 }
 
 /// kustomize's failure on a timestamp map key (`encoding/json` has no key for a `time.Time`).
@@ -457,20 +461,17 @@ impl Walk {
                 return Err(key_error(text, *line));
             }
         }
-        let text = |key: &Node| match key {
-            Node::Scalar { text, .. } => Some(text.clone()),
-            _ => None,
-        };
         if self.mode == Mode::Patch {
             // Rebuilt after the merge: only the text of values changes here; a null deletes, and
             // `null` or `{}` for the whole field is the merge's too.
             if let Some(Value::Object(values)) = metadata.get_mut("annotations") {
                 for (key, value) in entries {
-                    let (Some(key), Node::Scalar { text, plain, .. }) = (text(key), value) else {
+                    let (Some(key), Node::Scalar { text, plain, .. }) = (key_text(key), value)
+                    else {
                         continue;
                     };
-                    if let Some(v) = values.get_mut(&key).filter(|v| !v.is_null()) {
-                        self.mark(&key, text, *plain, flow, v);
+                    if let Some(v) = values.get_mut(key).filter(|v| !v.is_null()) {
+                        self.mark(key, text, *plain, flow, v);
                         *v = Value::String(text.clone());
                     }
                 }
@@ -483,10 +484,10 @@ impl Walk {
         };
         let mut rebuilt = Map::new();
         for (key, value) in entries {
-            let Some(key) = text(key) else {
+            let Some(key) = key_text(key) else {
                 continue;
             };
-            let written_text = match (self.mode, value, read.get(&key)) {
+            let written_text = match (self.mode, value, read.get(key)) {
                 (Mode::ListItem, Node::Scalar { text, plain, line }, Some(Value::String(s))) => {
                     // In a `List` item the value went through JSON first.
                     match self.timestamp(text, *plain, false) {
@@ -501,14 +502,14 @@ impl Walk {
                 }
                 (_, Node::Scalar { text, plain, .. }, read) => {
                     if let Some(read) = read {
-                        self.mark(&key, text, *plain, flow, read);
+                        self.mark(key, text, *plain, flow, read);
                     }
                     text.clone()
                 }
                 // A collection's node has no text.
                 _ => String::new(),
             };
-            rebuilt.insert(key, Value::String(written_text));
+            rebuilt.insert(key.to_owned(), Value::String(written_text));
         }
         // An empty map is cleared, as is anything that is not a map.
         if !rebuilt.is_empty() {
