@@ -31,6 +31,15 @@ pub enum Error {
         /// The 1-based line where parsing failed, when the parser says.
         line: Option<usize>,
     },
+    /// A resource kustomize reads but cannot write back (a YAML timestamp as a map key, or with
+    /// a zone offset of a day or more): kustomize's reason, and the 1-based line.
+    #[error("{message}")]
+    Unwritable {
+        /// kustomize's reason, with the text at fault.
+        message: String,
+        /// The 1-based line, when known.
+        line: Option<usize>,
+    },
     /// A file of a build that cannot be read as kustomize reads it: where, and why.
     #[error("{file}: {source}")]
     InFile {

@@ -14,6 +14,11 @@
 //! from kustomize (kyaml, go-yaml v3, YAML 1.2-like), so `yes` in a built manifest is still the
 //! string `"yes"` when substitution starts. serde-saphyr (with YAML 1.2 booleans only) matches
 //! that and splits documents.
+//! The input stream is then taken as kustomize holds a resource it has read
+//! (`conflux_fleet::kustomize::parse_resources`): a plain YAML timestamp becomes Go's JSON text
+//! (`2001-12-14` → `"2001-12-14T00:00:00Z"`), annotations their text, a `List` its items. That is
+//! what kustomize-controller substitutes in even for raw manifests (it always builds with
+//! kustomize), and changes nothing in `kustomize build` output, where it has already happened.
 //! Output documents are separated by `---` and written with the go-yaml v2 emitter
 //! (`JSONToYAML`), as kustomize-controller would see them.
 
@@ -74,13 +79,19 @@ fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
 }
 
 fn read_input(input: Option<&Path>) -> anyhow::Result<Vec<Value>> {
-    match input {
-        Some(path) if path != Path::new("-") => read_documents(path),
-        _ => {
-            let text = std::io::read_to_string(std::io::stdin()).context("reading stdin")?;
-            parse_documents(&text).context("parsing stdin")
-        }
-    }
+    let (text, name) = match input {
+        Some(path) if path != Path::new("-") => (
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        _ => (
+            std::io::read_to_string(std::io::stdin()).context("reading stdin")?,
+            "stdin".to_owned(),
+        ),
+    };
+    let resources = conflux_fleet::kustomize::parse_resources(&text)
+        .with_context(|| format!("parsing {name}"))?;
+    Ok(resources.objects)
 }
 
 /// The variables and strategy from the flags; `--substitute` wins over every other source.

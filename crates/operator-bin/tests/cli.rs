@@ -122,6 +122,19 @@ fn build_without_variables_skips_unless_always() {
     assert_eq!(text(&out.stdout), input.replace("${x:=d}", "d"));
 }
 
+/// The input is taken as kustomize holds a resource it has read: what `kustomize build` v5.8.2
+/// writes for this file (a plain timestamp converted; quoted and annotation ones kept).
+#[test]
+fn build_reads_resources_as_kustomize_does() {
+    let input = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  annotations:\n    day: 2001-12-14\ndata:\n  day: 2001-12-14\n  quoted: \"2001-12-14\"\n";
+    let out = conflux(&["build"], input, &[]);
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "apiVersion: v1\ndata:\n  day: \"2001-12-14T00:00:00Z\"\n  quoted: \"2001-12-14\"\nkind: ConfigMap\nmetadata:\n  annotations:\n    day: \"2001-12-14\"\n  name: c\n"
+    );
+}
+
 #[test]
 fn build_strict_error_has_controller_prefix() {
     let input = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: ${missing}\n";

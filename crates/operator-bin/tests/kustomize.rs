@@ -118,6 +118,45 @@ fn the_built_in_subset_equals_kustomize() {
     }
 }
 
+/// Plain YAML timestamps as kustomize writes them (go-yaml v3 into a Go `time.Time`, then Go's
+/// JSON): in resources, a `List`, a strategic-merge patch and annotations a JSON 6902 patch
+/// wrote through JSON; generated data, JSON 6902 values and other annotations keep their text.
+#[test]
+fn yaml_timestamps_are_written_as_kustomize_writes_them() {
+    assert_eq!(same("timestamps", &FluxOverlay::default()), 5);
+    let built = Engine::BuiltIn
+        .build(&corpus(), "timestamps", &FluxOverlay::default())
+        .expect("builds");
+    let dates = built
+        .objects
+        .iter()
+        .find(|o| o.object["metadata"]["name"] == "dates")
+        .expect("the ConfigMap dates");
+    assert_eq!(dates.object["data"]["date"], "2001-12-14T00:00:00Z");
+    assert_eq!(dates.object["data"]["quoted"], "2001-12-14");
+}
+
+/// A timestamp as a label: kustomize selects by its text and writes it converted, which the
+/// built-in subset does not follow; it says so, and the auto engine takes the binary's build.
+#[test]
+fn a_timestamp_label_goes_to_the_binary() {
+    let overlay = FluxOverlay::default();
+    let built = Engine::BuiltIn
+        .build(&corpus(), "timestamp-label", &overlay)
+        .expect("builds");
+    let codes: Vec<&str> = built.problems.iter().map(|p| p.code).collect();
+    assert_eq!(codes, ["KustomizeUnsupported"]);
+    assert!(built.problems[0].message.contains("metadata.labels.day"));
+    let auto = Engine::Auto(kustomize())
+        .build(&corpus(), "timestamp-label", &overlay)
+        .expect("builds");
+    let real = Engine::Binary(kustomize())
+        .build(&corpus(), "timestamp-label", &overlay)
+        .expect("builds");
+    assert!(auto.problems.is_empty(), "{:?}", auto.problems);
+    assert_eq!(by_name(auto.objects), by_name(real.objects));
+}
+
 #[test]
 fn the_flux_kustomization_fields_equal_kustomize() {
     let overlay = FluxOverlay {

@@ -12,6 +12,7 @@ use conflux_postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::scalars::{self, Marks, Read};
 use super::{
     Build, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge, read_documents,
 };
@@ -47,6 +48,8 @@ struct Item {
     original: String,
     generated: bool,
     hash: bool,
+    /// Its annotations that a JSON 6902 patch would change (see [`scalars`]).
+    marks: Marks,
 }
 
 pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
@@ -146,7 +149,15 @@ fn accumulate(
             accumulate(here, &child, &mut sub, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
-            for object in read_documents(&absolute).map_err(|e| super::in_file(&path, e))? {
+            let text = std::fs::read_to_string(&absolute).map_err(|e| Error::io(&path, e))?;
+            let (objects, inexact) =
+                super::read_resources(&text).map_err(|e| super::in_file(&path, e))?;
+            for why in inexact {
+                let message =
+                    format!("{path}: {why}; the built-in subset matches the written text");
+                unsupported(build, here, message);
+            }
+            for (object, marks) in objects {
                 if object
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -165,6 +176,7 @@ fn accumulate(
                     original,
                     generated: false,
                     hash: false,
+                    marks,
                 });
             }
         } else {
@@ -390,6 +402,7 @@ fn generators(
                 original: name.to_owned(),
                 generated: true,
                 hash,
+                marks: Marks::new(),
             });
         }
     }
@@ -524,13 +537,23 @@ fn patches(
             }
         };
         let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-        let patch: Value =
+        let mut patch: Value =
             serde_saphyr::from_str_with_options(&text, options).map_err(super::yaml_error)?;
         let target = entry.get("target").cloned().unwrap_or(Value::Null);
         let operations = match patch {
+            // A JSON 6902 patch goes through JSON (sigs.k8s.io/yaml): its timestamps stay text.
             Value::Array(operations) => operations,
             Value::Object(_) => {
-                strategic_merge(here, &patch, &target, items, build)?;
+                // A strategic-merge patch is merged as nodes, and written with the resource.
+                let rewritten =
+                    scalars::rewrite(&text, std::slice::from_mut(&mut patch), Read::Patch)?;
+                for why in rewritten.inexact {
+                    let message =
+                        format!("a patch: {why}; the built-in subset matches the written text");
+                    unsupported(build, here, message);
+                }
+                let marks = rewritten.marks.into_iter().next().unwrap_or_default();
+                strategic_merge(here, (&patch, &marks), &target, items, build)?;
                 continue;
             }
             _ => {
@@ -556,6 +579,14 @@ fn patches(
         let selector = Target::of(&target)?;
         for item in items.iter_mut() {
             if selector.selects(&item.object.object) {
+                // kustomize applies it to the object written as JSON and read back.
+                if !scalars::through_json(&mut item.object.object, &mut item.marks)? {
+                    let message = format!(
+                        "a JSON 6902 patch on {} writes its number, boolean or null annotations as Go's JSON, which the built-in kustomize does not reproduce",
+                        name_of(&item.object.object)
+                    );
+                    unsupported(build, here, message);
+                }
                 for operation in &operations {
                     apply_operation(&mut item.object.object, operation).map_err(|e| {
                         Error::Build(format!(
@@ -575,7 +606,7 @@ fn patches(
 /// exist.
 fn strategic_merge(
     here: Here<'_>,
-    patch: &Value,
+    (patch, marks): (&Value, &Marks),
     target: &Value,
     items: &mut [Item],
     build: &mut Build,
@@ -631,7 +662,27 @@ fn strategic_merge(
         }
     }
     for index in selected {
-        merge::merge(&mut items[index].object.object, &body);
+        let item = &mut items[index];
+        // The patch's annotations replace the object's, marks included; a null deletes.
+        match patch.pointer("/metadata/annotations") {
+            Some(Value::Object(set)) => {
+                item.marks.retain(|key, _| !set.contains_key(key));
+                item.marks.extend(marks.clone());
+            }
+            Some(Value::Null) => item.marks.clear(),
+            _ => {}
+        }
+        let object = &mut item.object.object;
+        merge::merge(object, &body);
+        // kustomize rebuilds annotations after the merge, and an empty map goes.
+        if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut)
+            && metadata
+                .get("annotations")
+                .and_then(Value::as_object)
+                .is_some_and(Map::is_empty)
+        {
+            metadata.remove("annotations");
+        }
     }
     Ok(())
 }
@@ -844,6 +895,7 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
     let annotations = as_strings(kustomization.get("commonAnnotations"));
     if !annotations.is_empty() {
         for item in items.iter_mut() {
+            item.marks.retain(|key, _| !annotations.contains_key(key));
             insert_all(
                 &mut item.object.object,
                 "/metadata",

@@ -14,12 +14,14 @@
 //!   warning naming it, and the objects are taken as they are without it.
 //!
 //! YAML is read as kustomize reads it (go-yaml v3): YAML 1.2 booleans, but `0644` is the octal
-//! 420.
+//! 420. A resource is also written back as kustomize writes it ([`parse_resources`]): a plain
+//! YAML timestamp `2001-12-14` is `"2001-12-14T00:00:00Z"`.
 
 mod binary;
 mod builtin;
 mod merge;
 mod overlay;
+mod scalars;
 
 use std::path::{Path, PathBuf};
 
@@ -71,14 +73,62 @@ pub fn read_documents(path: &Path) -> Result<Vec<Value>> {
 
 /// [`read_documents`] on text.
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
-    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-    let documents: Vec<Value> =
-        serde_saphyr::from_multiple_with_options(text, options).map_err(yaml_error)?;
     let mut out = Vec::new();
-    for document in documents {
+    for document in parse_yaml(text)? {
         push(document, &mut out);
     }
     Ok(out)
+}
+
+/// The objects of a resource file as kustomize writes them, and what the built-in subset cannot
+/// follow exactly.
+#[derive(Debug, Clone, Default)]
+pub struct Resources {
+    /// The objects, as [`parse_documents`] reads them and then as kustomize writes them: a plain
+    /// YAML timestamp as Go's JSON has it (`2001-12-14` → `"2001-12-14T00:00:00Z"`), every
+    /// annotation as its text (`1` → `"1"`).
+    pub objects: Vec<Value>,
+    /// Fields kustomize writes as one text but selects and names by another (a timestamp as a
+    /// name, namespace or label), one sentence each.
+    pub inexact: Vec<String>,
+}
+
+/// A resource file's text as kustomize reads it and writes it back: what `kustomize build` gives
+/// for a file listed in `resources` (see `scalars.rs` for the rules and their evidence). A
+/// timestamp kustomize cannot write back (a map key, an offset of a day) is
+/// [`Error::Unwritable`], as kustomize fails too.
+pub fn parse_resources(text: &str) -> Result<Resources> {
+    let (objects, inexact) = read_resources(text)?;
+    let objects = objects.into_iter().map(|(object, _)| object).collect();
+    Ok(Resources { objects, inexact })
+}
+
+/// An object of a resource file, with its annotations' [`scalars::Marks`].
+type Marked = (Value, scalars::Marks);
+
+/// [`parse_resources`], each object with its marks.
+fn read_resources(text: &str) -> Result<(Vec<Marked>, Vec<String>)> {
+    let mut documents = parse_yaml(text)?;
+    let rewritten = scalars::rewrite(text, &mut documents, scalars::Read::Resource)?;
+    let mut objects = Vec::new();
+    for (document, marks) in documents.into_iter().zip(rewritten.marks) {
+        let mut expanded = Vec::new();
+        push(document, &mut expanded);
+        // A `List` has no marks (its items went through JSON), so the first object may take them.
+        let mut marks = Some(marks);
+        objects.extend(
+            expanded
+                .into_iter()
+                .map(|object| (object, marks.take().unwrap_or_default())),
+        );
+    }
+    Ok((objects, rewritten.inexact))
+}
+
+/// Every non-null document of `text`, read as kustomize reads YAML.
+fn parse_yaml(text: &str) -> Result<Vec<Value>> {
+    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+    serde_saphyr::from_multiple_with_options(text, options).map_err(yaml_error)
 }
 
 /// A YAML parser error as [`Error::Yaml`]: its first line, and its line.
@@ -96,7 +146,7 @@ pub(crate) fn yaml_error(e: serde_saphyr::Error) -> Error {
 /// `err`, from reading `file` (relative to the directory built from), as an [`Error::InFile`].
 pub(crate) fn in_file(file: &str, err: Error) -> Error {
     let line = match &err {
-        Error::Yaml { line, .. } => *line,
+        Error::Yaml { line, .. } | Error::Unwritable { line, .. } => *line,
         _ => None,
     };
     Error::InFile {

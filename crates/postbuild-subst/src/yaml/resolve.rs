@@ -1,5 +1,5 @@
 //! go-yaml v2 `resolve.go`: YAML 1.1 implicit typing of plain scalars, with the Go `strconv`
-//! and `time.Parse` behaviour it relies on.
+//! behaviour it relies on (`time.Parse` is in [`super::timestamp`]).
 //!
 //! One implementation serves both directions: the emitter asks whether a string would read back
 //! as something else (and so needs quotes), the parser turns plain scalars into values. What is
@@ -7,6 +7,8 @@
 //! `!!binary`, ...) and their errors in the parser.
 
 use std::borrow::Cow;
+
+use super::timestamp::Timestamp;
 
 // The tags implicit resolution reports (`yaml_*_TAG` in go-yaml).
 
@@ -348,152 +350,9 @@ fn is_yaml_style_float(s: &str) -> bool {
     i == b.len()
 }
 
-/// resolve.go `parseTimestamp`: the text starts with four digits and `-`, and Go's
-/// `time.Parse` accepts it with one of go-yaml's four layouts.
+/// resolve.go `parseTimestamp` (see [`Timestamp::parse`]).
 fn is_go_timestamp(s: &str) -> bool {
-    let b = s.as_bytes();
-    let year_digits = b.iter().take_while(|c| c.is_ascii_digit()).count();
-    if year_digits != 4 || b.get(4) != Some(&b'-') {
-        return false;
-    }
-    const LAYOUTS: [TimeLayout; 4] = [
-        TimeLayout::Iso(b'T'),
-        TimeLayout::Iso(b't'),
-        TimeLayout::Space,
-        TimeLayout::Date,
-    ];
-    LAYOUTS.iter().any(|l| go_time_parse(b, *l))
-}
-
-#[derive(Clone, Copy)]
-enum TimeLayout {
-    /// `2006-1-2T15:4:5.999999999Z07:00` (and with a lower-case `t`).
-    Iso(u8),
-    /// `2006-1-2 15:4:5.999999999`.
-    Space,
-    /// `2006-1-2`.
-    Date,
-}
-
-/// Go `getnum(s, false)`: one or two digits.
-fn go_getnum(v: &[u8]) -> Option<(u32, &[u8])> {
-    let d0 = *v.first().filter(|c| c.is_ascii_digit())?;
-    match v.get(1) {
-        Some(d1) if d1.is_ascii_digit() => {
-            Some((u32::from(d0 - b'0') * 10 + u32::from(d1 - b'0'), &v[2..]))
-        }
-        _ => Some((u32::from(d0 - b'0'), &v[1..])),
-    }
-}
-
-/// Go `time.Parse` with one of go-yaml's layouts, reporting only success.
-fn go_time_parse(v: &[u8], layout: TimeLayout) -> bool {
-    // 2006: exactly four digits (checked by the caller).
-    let year: u32 = v[..4]
-        .iter()
-        .fold(0, |acc, d| acc * 10 + u32::from(d - b'0'));
-    let mut v = &v[4..];
-    let lit = |v: &mut &[u8], c: u8| -> bool {
-        if v.first() == Some(&c) {
-            *v = &v[1..];
-            true
-        } else {
-            false
-        }
-    };
-    if !lit(&mut v, b'-') {
-        return false;
-    }
-    let Some((month, rest)) = go_getnum(v) else {
-        return false;
-    };
-    v = rest;
-    if !(1..=12).contains(&month) || !lit(&mut v, b'-') {
-        return false;
-    }
-    let Some((day, rest)) = go_getnum(v) else {
-        return false;
-    };
-    v = rest;
-    match layout {
-        TimeLayout::Date => {}
-        TimeLayout::Iso(_) | TimeLayout::Space => {
-            match layout {
-                TimeLayout::Iso(t) => {
-                    if !lit(&mut v, t) {
-                        return false;
-                    }
-                }
-                _ => {
-                    // A space in a Go layout matches one or more spaces (or the end).
-                    if v.first().is_some_and(|c| *c != b' ') {
-                        return false;
-                    }
-                    while v.first() == Some(&b' ') {
-                        v = &v[1..];
-                    }
-                }
-            }
-            let Some((hour, rest)) = go_getnum(v) else {
-                return false;
-            };
-            v = rest;
-            if hour >= 24 || !lit(&mut v, b':') {
-                return false;
-            }
-            let Some((minute, rest)) = go_getnum(v) else {
-                return false;
-            };
-            v = rest;
-            if minute >= 60 || !lit(&mut v, b':') {
-                return false;
-            }
-            let Some((second, rest)) = go_getnum(v) else {
-                return false;
-            };
-            v = rest;
-            if second >= 60 {
-                return false;
-            }
-            // .999999999: optional fraction, `.` or `,` then any number of digits.
-            if v.len() >= 2 && (v[0] == b'.' || v[0] == b',') && v[1].is_ascii_digit() {
-                let n = 1 + v[1..].iter().take_while(|c| c.is_ascii_digit()).count();
-                v = &v[n..];
-            }
-            if let TimeLayout::Iso(_) = layout {
-                // Z07:00
-                if v.first() == Some(&b'Z') {
-                    v = &v[1..];
-                } else {
-                    if v.len() < 6 || v[3] != b':' {
-                        return false;
-                    }
-                    let two = |p: &[u8]| -> Option<u32> {
-                        (p[0].is_ascii_digit() && p[1].is_ascii_digit())
-                            .then(|| u32::from(p[0] - b'0') * 10 + u32::from(p[1] - b'0'))
-                    };
-                    let (Some(hh), Some(mm)) = (two(&v[1..3]), two(&v[4..6])) else {
-                        return false;
-                    };
-                    if hh > 24 || mm > 60 || !(v[0] == b'+' || v[0] == b'-') {
-                        return false;
-                    }
-                    v = &v[6..];
-                }
-            }
-        }
-    }
-    if !v.is_empty() {
-        return false;
-    }
-    let leap = year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400));
-    let days_in_month = match month {
-        2 if leap => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    };
-    (1..=days_in_month).contains(&day)
+    Timestamp::parse(s).is_some()
 }
 
 #[cfg(test)]
