@@ -14,11 +14,8 @@
 //! from kustomize (kyaml, go-yaml v3, YAML 1.2-like), so `yes` in a built manifest is still the
 //! string `"yes"` when substitution starts. serde-saphyr (with YAML 1.2 booleans only) matches
 //! that and splits documents.
-//! The input stream is then taken as kustomize holds a resource it has read
-//! (`conflux_fleet::kustomize::parse_resources`): a plain YAML timestamp becomes Go's JSON text
-//! (`2001-12-14` → `"2001-12-14T00:00:00Z"`), annotations their text, a `List` its items. That is
-//! what kustomize-controller substitutes in even for raw manifests (it always builds with
-//! kustomize), and changes nothing in `kustomize build` output, where it has already happened.
+//! Input is read as kustomize holds a resource (`conflux_fleet::kustomize::parse_resources`:
+//! plain timestamps as Go's JSON, annotations as text, `List`s as items).
 //! Output documents are separated by `---` and written with the go-yaml v2 emitter
 //! (`JSONToYAML`), as kustomize-controller would see them.
 
@@ -64,18 +61,10 @@ pub struct BuildArgs {
     pub lint: bool,
 }
 
+/// A file of manifests, read as kustomize reads one (`List`s expanded, non-objects dropped).
 fn read_documents(path: &Path) -> anyhow::Result<Vec<Value>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    parse_documents(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
-fn parse_documents(text: &str) -> anyhow::Result<Vec<Value>> {
-    // As kustomize (go-yaml v3) reads manifests: YAML 1.2 booleans only (`yes`/`on` stay
-    // strings), and a plain integer with a leading zero is octal (`0644` is 420).
-    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-    let documents: Vec<Value> = serde_saphyr::from_multiple_with_options(text, options)?;
-    Ok(documents.into_iter().filter(|doc| !doc.is_null()).collect())
+    conflux_fleet::kustomize::read_documents(path)
+        .with_context(|| format!("parsing {}", path.display()))
 }
 
 fn read_input(input: Option<&Path>) -> anyhow::Result<Vec<Value>> {
