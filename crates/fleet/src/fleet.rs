@@ -233,6 +233,44 @@ pub fn plan_cluster_with(
     external: &[Object],
     memo: &Memo,
 ) -> Cluster {
+    let (first, missing) = traverse(root, entry, engine, external, memo, &[]);
+    // The steady state: a substituteFrom source that a Kustomization reached later applies
+    // exists in a running cluster. When one was looked for before it was applied, plan again
+    // with what the first pass applied standing by (builds are memoised, so only what the
+    // substitution changes is built again).
+    let later: Vec<Object> = first
+        .objects
+        .iter()
+        .filter(|o| missing.iter().any(|m| is_source(&o.object, m)))
+        .cloned()
+        .collect();
+    if later.is_empty() {
+        return first;
+    }
+    traverse(root, entry, engine, external, memo, &later).0
+}
+
+/// A substituteFrom reference not found when it was looked for: (kind, namespace, name).
+type Missing = (String, String, String);
+
+fn is_source(object: &Value, (kind, namespace, name): &Missing) -> bool {
+    text(object, "/kind") == kind
+        && text(object, "/metadata/namespace") == namespace
+        && text(object, "/metadata/name") == name
+}
+
+/// One pass over the Kustomization graph from `entry`; `later` are sources applied further on
+/// in Flux's order (from an earlier pass). Returns the cluster and the sources looked for and not
+/// found.
+fn traverse(
+    root: &Path,
+    entry: &Entry,
+    engine: &Engine,
+    external: &[Object],
+    memo: &Memo,
+    later: &[Object],
+) -> (Cluster, Vec<Missing>) {
+    let mut missing = Vec::new();
     let source = (
         text(&entry.kustomization, "/spec/sourceRef/name").to_owned(),
         match text(&entry.kustomization, "/metadata/namespace") {
@@ -267,15 +305,19 @@ pub fn plan_cluster_with(
                 continue;
             };
             let before = cluster.objects.len();
-            reach(
+            let context = Reach {
+                entry,
+                source: &source,
+                later,
+            };
+            missing.extend(reach(
                 &mut cluster,
                 &mut queue,
-                entry,
-                &source,
+                &context,
                 ks,
                 file,
                 resources,
-            );
+            ));
             if approximate {
                 let applied = cluster.objects[before..]
                     .iter()
@@ -311,7 +353,15 @@ pub fn plan_cluster_with(
             ),
         });
     }
-    cluster
+    (cluster, missing)
+}
+
+/// What [`reach`] reads of the pass: the cluster's entry and source, and the sources applied
+/// further on.
+struct Reach<'a> {
+    entry: &'a Entry,
+    source: &'a (String, String),
+    later: &'a [Object],
 }
 
 /// Takes in what the Kustomization `ks` (declared in `file`) applies, `resources` as built:
@@ -320,12 +370,12 @@ pub fn plan_cluster_with(
 fn reach(
     cluster: &mut Cluster,
     queue: &mut VecDeque<(Value, Option<String>)>,
-    entry: &Entry,
-    source: &(String, String),
+    context: &Reach<'_>,
     ks: Value,
     file: Option<String>,
     mut resources: Vec<Object>,
-) {
+) -> Vec<Missing> {
+    let (entry, source) = (context.entry, context.source);
     // Files are reported relative to the repository, also when the source is a sub-directory.
     for resource in &mut resources {
         resource.file = match (resource.file.take(), entry.root.is_empty()) {
@@ -333,8 +383,21 @@ fn reach(
             (file, _) => file,
         };
     }
-    let (substituted, own_sources) = post_build(&ks, &resources, &cluster.objects);
-    for source in own_sources {
+    let sources = post_build(&ks, &resources, &cluster.objects, context.later);
+    let substituted = sources.objects;
+    for source in sources.later {
+        cluster.problems.push(Problem {
+            level: 0,
+            code: "SubstituteSourceAppliedLater",
+            object: object_name(&ks),
+            file: file.clone(),
+            line: None,
+            message: format!(
+                "substituteFrom {source} is applied by another Kustomization of this cluster that Flux reaches after this one: planned as in a running cluster, where it exists; on a new cluster this Kustomization fails until it does (a dependsOn on the Kustomization that applies it, or the reference optional, avoids that)"
+            ),
+        });
+    }
+    for source in sources.own {
         cluster.problems.push(Problem {
             level: 0,
             code: "SubstituteSourceSelfApplied",
@@ -385,6 +448,7 @@ fn reach(
         resources,
         path,
     });
+    sources.missing
 }
 
 /// What one Kustomization applies before postBuild (`None`: it cannot be built), and the
@@ -660,9 +724,26 @@ pub fn is_sops(object: &Value) -> bool {
 /// The Kustomization's resources after postBuild, substituted with the variables of the objects
 /// known so far (kustomize-controller's order: parents first). Resources that cannot be
 /// substituted are kept as built; the substitution audit reports them.
-fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> (Vec<Object>, Vec<String>) {
+/// What [`post_build`] made of one Kustomization's resources.
+struct PostBuilt {
+    /// The resources, substituted.
+    objects: Vec<Object>,
+    /// Sources (`Kind/namespace/name`) found among the Kustomization's own resources.
+    own: Vec<String>,
+    /// Sources found only among those applied further on.
+    later: Vec<String>,
+    /// Sources not found at all.
+    missing: Vec<Missing>,
+}
+
+fn post_build(ks: &Value, resources: &[Object], known: &[Object], later: &[Object]) -> PostBuilt {
     let Ok(post_build) = PostBuild::from_kustomization(ks) else {
-        return (resources.to_vec(), Vec::new());
+        return PostBuilt {
+            objects: resources.to_vec(),
+            own: Vec::new(),
+            later: Vec::new(),
+            missing: Vec::new(),
+        };
     };
     let namespace = text(ks, "/metadata/namespace");
     let matches = |o: &&Object, kind: &str, namespace: &str, name: &str| {
@@ -671,20 +752,32 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> (Vec<Object
             && text(&o.object, "/metadata/namespace") == namespace
     };
     // The steady state: what the Kustomization applies itself exists once it has reconciled
-    // (the cluster settings ConfigMap often lives under the path that uses it).
+    // (the cluster settings ConfigMap often lives under the path that uses it), and so does what
+    // a Kustomization reached later applies.
     let own = std::cell::RefCell::new(Vec::new());
+    let applied_later = std::cell::RefCell::new(Vec::new());
+    let missing = std::cell::RefCell::new(Vec::new());
     let find = |kind: &str, namespace: &str, name: &str| {
-        known
+        let name_of = || format!("{kind}/{namespace}/{name}");
+        if let Some(found) = known
             .iter()
             .rev()
             .find(|o| matches(o, kind, namespace, name))
-            .or_else(|| {
-                let found = resources.iter().find(|o| matches(o, kind, namespace, name));
-                if found.is_some() {
-                    own.borrow_mut().push(format!("{kind}/{namespace}/{name}"));
-                }
-                found
-            })
+        {
+            return Some(found);
+        }
+        if let Some(found) = resources.iter().find(|o| matches(o, kind, namespace, name)) {
+            own.borrow_mut().push(name_of());
+            return Some(found);
+        }
+        if let Some(found) = later.iter().find(|o| matches(o, kind, namespace, name)) {
+            applied_later.borrow_mut().push(name_of());
+            return Some(found);
+        }
+        missing
+            .borrow_mut()
+            .push((kind.to_owned(), namespace.to_owned(), name.to_owned()));
+        None
     };
     let vars = load_variables(&post_build, |reference| {
         let kind = reference.kind.as_str();
@@ -707,24 +800,33 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object]) -> (Vec<Object
     });
     let mut own = own.into_inner();
     own.dedup();
-    let Ok(vars) = vars else {
-        return (resources.to_vec(), own);
+    let mut applied_later = applied_later.into_inner();
+    applied_later.dedup();
+    let missing = missing.into_inner();
+    let objects = match vars {
+        Ok(vars) => {
+            let options = SubstitutionOptions::default();
+            resources
+                .iter()
+                .map(|resource| Object {
+                    // A failure is the substitution audit's to report (SubstitutionFailed); the
+                    // object stays as built.
+                    object: match substitute_resource(&resource.object, &vars, &options) {
+                        Ok(ResourceOutcome::Substituted(value)) => value,
+                        _ => resource.object.clone(),
+                    },
+                    file: resource.file.clone(),
+                })
+                .collect()
+        }
+        Err(_) => resources.to_vec(),
     };
-    let options = SubstitutionOptions::default();
-    let mut out = Vec::with_capacity(resources.len());
-    for resource in resources {
-        // A failure is the substitution audit's to report (SubstitutionFailed); the object
-        // stays as built.
-        let object = match substitute_resource(&resource.object, &vars, &options) {
-            Ok(ResourceOutcome::Substituted(value)) => value,
-            _ => resource.object.clone(),
-        };
-        out.push(Object {
-            object,
-            file: resource.file.clone(),
-        });
+    PostBuilt {
+        objects,
+        own,
+        later: applied_later,
+        missing,
     }
-    (out, own)
 }
 
 /// A SOPS-encrypted Secret with its values replaced: the keys (variable names) stay, each value

@@ -447,6 +447,56 @@ mod tests {
         assert!(applied.contains(&"apps/prod"), "{applied:?}");
     }
 
+    /// The cluster settings ConfigMap is applied by a sibling Kustomization that Flux reaches
+    /// after the substitution that reads it: plan models a running cluster, where it exists, so
+    /// the children's paths are substituted; an info says a new cluster needs it first.
+    #[test]
+    fn a_substitute_source_a_later_kustomization_applies_exists() {
+        let files = [
+            (
+                SYNC,
+                ks(
+                    "flux-system",
+                    "  path: ./clusters/prod\n  postBuild:\n    substituteFrom:\n      \
+                     - kind: ConfigMap\n        name: cluster-settings\n",
+                ),
+            ),
+            (
+                "clusters/prod/apps.yaml",
+                ks("apps", "  path: ./apps/${CLUSTER}\n"),
+            ),
+            (
+                "clusters/prod/settings.yaml",
+                ks("settings", "  path: ./settings\n"),
+            ),
+            (
+                "settings/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cluster-settings\n  \
+                 namespace: flux-system\ndata:\n  CLUSTER: prod\n"
+                    .to_owned(),
+            ),
+            (
+                "apps/prod/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n"
+                    .to_owned(),
+            ),
+        ];
+        let files: Vec<(&str, &str)> = files.iter().map(|(f, t)| (*f, t.as_str())).collect();
+        let plans = plan_fleet("latersource", &files);
+        let codes = codes(&plans);
+        assert!(
+            !codes.contains(&"PathNotFound") && !codes.contains(&"SubstituteSourceMissing"),
+            "{codes:?}"
+        );
+        assert!(codes.contains(&"SubstituteSourceAppliedLater"), "{codes:?}");
+        let applied: Vec<&str> = plans[0]
+            .kustomizations
+            .iter()
+            .filter_map(|k| k.get("path").and_then(Value::as_str))
+            .collect();
+        assert!(applied.contains(&"apps/prod"), "{applied:?}");
+    }
+
     /// kustomize refuses a Component under `resources` and a Kustomization under `components`;
     /// so does the built-in engine.
     #[test]
