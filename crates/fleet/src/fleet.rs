@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use conflux_postbuild_subst::resource::{
     ResourceOutcome, SubstitutionOptions, substitute_resource,
 };
-use conflux_postbuild_subst::vars::{PostBuild, SourceLookup, load_variables};
+use conflux_postbuild_subst::vars::{PostBuild, SourceKind, SourceLookup, load_variables};
 use serde_json::{Value, json};
 
 use crate::Error;
@@ -233,21 +233,71 @@ pub fn plan_cluster_with(
     external: &[Object],
     memo: &Memo,
 ) -> Cluster {
-    let (first, missing) = traverse(root, entry, engine, external, memo, &[]);
+    let (first, missing) = traverse(root, entry, engine, external, memo, &Later::default());
     // The steady state: a substituteFrom source that a Kustomization reached later applies
     // exists in a running cluster. When one was looked for before it was applied, plan again
     // with what the first pass applied standing by (builds are memoised, so only what the
     // substitution changes is built again).
-    let later: Vec<Object> = first
-        .objects
-        .iter()
-        .filter(|o| missing.iter().any(|m| is_source(&o.object, m)))
-        .cloned()
-        .collect();
-    if later.is_empty() {
+    let later = Later::of(&first, &missing);
+    if later.sources.is_empty() {
         return first;
     }
     traverse(root, entry, engine, external, memo, &later).0
+}
+
+/// What a first pass applied, for the second: the substitution sources it looked for before
+/// they were applied, each with the Kustomization that applies it, and what each Kustomization
+/// `dependsOn`.
+#[derive(Default)]
+struct Later {
+    sources: Vec<(Object, String)>,
+    depends_on: BTreeMap<String, Vec<String>>,
+}
+
+impl Later {
+    fn of(cluster: &Cluster, missing: &[Missing]) -> Self {
+        let mut later = Later::default();
+        for applied in &cluster.applied {
+            let ks = &applied.kustomization;
+            let namespace = text(ks, "/metadata/namespace");
+            let depends = ks.pointer("/spec/dependsOn").and_then(Value::as_array);
+            let depends = depends.into_iter().flatten().map(|d| {
+                let ns = match text(d, "/namespace") {
+                    "" => namespace,
+                    ns => ns,
+                };
+                format!("Kustomization/{ns}/{}", text(d, "/name"))
+            });
+            later.depends_on.insert(object_name(ks), depends.collect());
+            for m in missing {
+                if applied.resources.iter().any(|r| is_source(&r.object, m))
+                    // As applied: after its own Kustomization's postBuild.
+                    && let Some(object) = cluster.objects.iter().rev().find(|o| is_source(&o.object, m))
+                {
+                    later.sources.push((object.clone(), object_name(ks)));
+                }
+            }
+        }
+        later
+    }
+
+    /// Whether `ks` depends on `other`, directly or through other Kustomizations: then Flux
+    /// applies `other` first, also on a new cluster.
+    fn depends(&self, ks: &str, other: &str) -> bool {
+        let mut seen = BTreeSet::new();
+        let mut stack = vec![ks];
+        while let Some(next) = stack.pop() {
+            for d in self.depends_on.get(next).into_iter().flatten() {
+                if d == other {
+                    return true;
+                }
+                if seen.insert(d.as_str()) {
+                    stack.push(d);
+                }
+            }
+        }
+        false
+    }
 }
 
 /// A substituteFrom reference not found when it was looked for: (kind, namespace, name).
@@ -260,7 +310,7 @@ fn is_source(object: &Value, (kind, namespace, name): &Missing) -> bool {
 }
 
 /// One pass over the Kustomization graph from `entry`; `later` are sources applied further on
-/// in Flux's order (from an earlier pass). Returns the cluster and the sources looked for and not
+/// in plan's order (from an earlier pass). Returns the cluster and the sources looked for and not
 /// found.
 fn traverse(
     root: &Path,
@@ -268,7 +318,7 @@ fn traverse(
     engine: &Engine,
     external: &[Object],
     memo: &Memo,
-    later: &[Object],
+    later: &Later,
 ) -> (Cluster, Vec<Missing>) {
     let mut missing = Vec::new();
     let source = (
@@ -361,7 +411,7 @@ fn traverse(
 struct Reach<'a> {
     entry: &'a Entry,
     source: &'a (String, String),
-    later: &'a [Object],
+    later: &'a Later,
 }
 
 /// Takes in what the Kustomization `ks` (declared in `file`) applies, `resources` as built:
@@ -383,17 +433,22 @@ fn reach(
             (file, _) => file,
         };
     }
-    let sources = post_build(&ks, &resources, &cluster.objects, context.later);
+    let sources = post_build(&ks, &resources, &cluster.objects, &context.later.sources);
     let substituted = sources.objects;
-    for source in sources.later {
+    let name = object_name(&ks);
+    for (source, applier) in sources.later {
+        // Ordered by dependsOn: it exists before this Kustomization runs, on any cluster.
+        if context.later.depends(&name, &applier) {
+            continue;
+        }
         cluster.problems.push(Problem {
             level: 0,
             code: "SubstituteSourceAppliedLater",
-            object: object_name(&ks),
+            object: name.clone(),
             file: file.clone(),
             line: None,
             message: format!(
-                "substituteFrom {source} is applied by another Kustomization of this cluster that Flux reaches after this one: planned as in a running cluster, where it exists; on a new cluster this Kustomization fails until it does (a dependsOn on the Kustomization that applies it, or the reference optional, avoids that)"
+                "substituteFrom {source} is applied by {applier}, which this Kustomization does not depend on: planned as in a running cluster, where it exists; on a new cluster this Kustomization fails until it does (a dependsOn on {applier}, or the reference optional, avoids that)"
             ),
         });
     }
@@ -730,13 +785,18 @@ struct PostBuilt {
     objects: Vec<Object>,
     /// Sources (`Kind/namespace/name`) found among the Kustomization's own resources.
     own: Vec<String>,
-    /// Sources found only among those applied further on.
-    later: Vec<String>,
+    /// Sources found only among those applied further on, with the Kustomization applying each.
+    later: Vec<(String, String)>,
     /// Sources not found at all.
     missing: Vec<Missing>,
 }
 
-fn post_build(ks: &Value, resources: &[Object], known: &[Object], later: &[Object]) -> PostBuilt {
+fn post_build(
+    ks: &Value,
+    resources: &[Object],
+    known: &[Object],
+    later: &[(Object, String)],
+) -> PostBuilt {
     let Ok(post_build) = PostBuild::from_kustomization(ks) else {
         return PostBuilt {
             objects: resources.to_vec(),
@@ -754,43 +814,65 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object], later: &[Objec
     // The steady state: what the Kustomization applies itself exists once it has reconciled
     // (the cluster settings ConfigMap often lives under the path that uses it), and so does what
     // a Kustomization reached later applies.
-    let own = std::cell::RefCell::new(Vec::new());
-    let applied_later = std::cell::RefCell::new(Vec::new());
-    let missing = std::cell::RefCell::new(Vec::new());
-    let find = |kind: &str, namespace: &str, name: &str| {
-        let name_of = || format!("{kind}/{namespace}/{name}");
+    let mut own = Vec::new();
+    let mut applied_later = Vec::new();
+    let mut missing = Vec::new();
+    // Where a source is: applied before, by this Kustomization, or further on (and by whom).
+    let locate = |kind: &str, namespace: &str, name: &str| {
         if let Some(found) = known
             .iter()
             .rev()
             .find(|o| matches(o, kind, namespace, name))
         {
-            return Some(found);
+            return (Some(found), None);
         }
         if let Some(found) = resources.iter().find(|o| matches(o, kind, namespace, name)) {
-            own.borrow_mut().push(name_of());
-            return Some(found);
+            return (Some(found), Some(None));
         }
-        if let Some(found) = later.iter().find(|o| matches(o, kind, namespace, name)) {
-            applied_later.borrow_mut().push(name_of());
-            return Some(found);
+        match later
+            .iter()
+            .find(|(o, _)| matches(&o, kind, namespace, name))
+        {
+            Some((found, applier)) => (Some(found), Some(Some(applier))),
+            None => (None, None),
         }
-        missing
-            .borrow_mut()
-            .push((kind.to_owned(), namespace.to_owned(), name.to_owned()));
-        None
     };
+    let find = |kind: &str, namespace: &str, name: &str| locate(kind, namespace, name).0;
+    let copy_source = |o: &Object| {
+        text(
+            &o.object,
+            "/metadata/annotations/fluxcd.controlplane.io~1copyFrom",
+        )
+        .split_once('/')
+        .map(|(ns, name)| (ns.to_owned(), name.to_owned()))
+    };
+    // Every source is looked up first (substitution stops at the first one missing): what is
+    // missing is what a second pass may find.
+    for reference in &post_build.substitute_from {
+        if matches!(reference.kind, SourceKind::Other(_)) {
+            continue;
+        }
+        let kind = reference.kind.as_str();
+        let mut wanted = vec![(namespace.to_owned(), reference.name.clone())];
+        if let Some(copied) = find(kind, namespace, &reference.name).and_then(copy_source) {
+            wanted.push(copied);
+        }
+        for (ns, name) in wanted {
+            let label = format!("{kind}/{ns}/{name}");
+            match locate(kind, &ns, &name) {
+                (None, _) => missing.push((kind.to_owned(), ns, name)),
+                (Some(_), Some(None)) => own.push(label),
+                (Some(_), Some(Some(applier))) => applied_later.push((label, applier.clone())),
+                (Some(_), None) => {}
+            }
+        }
+    }
     let vars = load_variables(&post_build, |reference| {
         let kind = reference.kind.as_str();
         let mut found = find(kind, namespace, &reference.name);
         // A pull copy holds its source's data once copied.
-        let copy_from = found.map(|o| {
-            text(
-                &o.object,
-                "/metadata/annotations/fluxcd.controlplane.io~1copyFrom",
-            )
-        });
-        if let Some((source_namespace, source_name)) = copy_from.and_then(|c| c.split_once('/')) {
-            found = find(kind, source_namespace, source_name).or(found);
+        if let Some((source_namespace, source_name)) = found.and_then(copy_source) {
+            found = find(kind, &source_namespace, &source_name).or(found);
         }
         match found {
             Some(o) if is_sops(&o.object) => SourceLookup::Found(sops_placeholder(&o.object)),
@@ -798,11 +880,8 @@ fn post_build(ks: &Value, resources: &[Object], known: &[Object], later: &[Objec
             None => SourceLookup::NotFound,
         }
     });
-    let mut own = own.into_inner();
     own.dedup();
-    let mut applied_later = applied_later.into_inner();
     applied_later.dedup();
-    let missing = missing.into_inner();
     let objects = match vars {
         Ok(vars) => {
             let options = SubstitutionOptions::default();

@@ -497,6 +497,52 @@ mod tests {
         assert!(applied.contains(&"apps/prod"), "{applied:?}");
     }
 
+    /// Two sources applied later, and a `dependsOn` on the Kustomization that applies them: both
+    /// are found (substitution stops at the first missing source, so the first pass must say
+    /// which are missing all at once), and Flux orders them first, so nothing is said.
+    #[test]
+    fn substitute_sources_applied_by_a_dependency_exist_without_a_finding() {
+        let apps = ks(
+            "apps",
+            "  path: ./apps\n  dependsOn:\n    - name: settings\n  postBuild:\n    \
+             substituteFrom:\n      - kind: ConfigMap\n        name: cluster-settings\n      \
+             - kind: ConfigMap\n        name: cluster-more\n",
+        );
+        let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cluster-settings\n  \
+             namespace: flux-system\ndata:\n  CLUSTER: prod\n---\napiVersion: v1\nkind: ConfigMap\n\
+             metadata:\n  name: cluster-more\n  namespace: flux-system\ndata:\n  REGION: eu\n";
+        let files = [
+            (SYNC, ks("flux-system", "  path: ./clusters/prod\n")),
+            ("clusters/prod/apps.yaml", apps),
+            (
+                "clusters/prod/settings.yaml",
+                ks("settings", "  path: ./settings\n"),
+            ),
+            ("settings/cm.yaml", settings.to_owned()),
+            ("apps/web.yaml", ks("web", "  path: ./web/${CLUSTER}\n")),
+            (
+                "web/prod/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: web\n  namespace: default\n"
+                    .to_owned(),
+            ),
+        ];
+        let files: Vec<(&str, &str)> = files.iter().map(|(f, t)| (*f, t.as_str())).collect();
+        let plans = plan_fleet("dependedsource", &files);
+        let codes = codes(&plans);
+        assert!(
+            !codes.contains(&"PathNotFound")
+                && !codes.contains(&"SubstituteSourceMissing")
+                && !codes.contains(&"SubstituteSourceAppliedLater"),
+            "{codes:?}"
+        );
+        let applied: Vec<&str> = plans[0]
+            .kustomizations
+            .iter()
+            .filter_map(|k| k.get("path").and_then(Value::as_str))
+            .collect();
+        assert!(applied.contains(&"web/prod"), "{applied:?}");
+    }
+
     /// kustomize refuses a Component under `resources` and a Kustomization under `components`;
     /// so does the built-in engine.
     #[test]
