@@ -108,8 +108,8 @@ type Marked = (Value, scalars::Marks);
 
 /// [`parse_resources`], each object with its marks.
 fn read_resources(text: &str) -> Result<(Vec<Marked>, Vec<String>)> {
-    let mut documents = parse_yaml(text)?;
-    let rewritten = scalars::rewrite(text, &mut documents, scalars::Read::Resource)?;
+    let (text, mut documents) = parse_yaml_text(text)?;
+    let rewritten = scalars::rewrite(&text, &mut documents, scalars::Read::Resource)?;
     let mut objects = Vec::new();
     for (document, marks) in documents.into_iter().zip(rewritten.marks) {
         let mut expanded = Vec::new();
@@ -127,8 +127,71 @@ fn read_resources(text: &str) -> Result<(Vec<Marked>, Vec<String>)> {
 
 /// Every non-null document of `text`, read as kustomize reads YAML.
 fn parse_yaml(text: &str) -> Result<Vec<Value>> {
-    let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-    serde_saphyr::from_multiple_with_options(text, options).map_err(yaml_error)
+    parse_yaml_text(text).map(|(_, documents)| documents)
+}
+
+/// [`parse_yaml`], and the text it read: go-yaml ends an alias name at the first character that
+/// is not a letter, digit, `_` or `-`, so `*app: x` is the alias `app` as a key, where YAML 1.2
+/// (serde-saphyr) reads the alias `app:`. A line the parser refuses for an unknown anchor gets a
+/// space before such a colon, and the text is read again.
+fn parse_yaml_text(text: &str) -> Result<(std::borrow::Cow<'_, str>, Vec<Value>)> {
+    let mut text = std::borrow::Cow::Borrowed(text);
+    // Each round mends one line; a file has only so many.
+    for _ in 0..256 {
+        let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
+        let err = match serde_saphyr::from_multiple_with_options(&text, options) {
+            Ok(documents) => return Ok((text, documents)),
+            Err(err) => err,
+        };
+        let line = err
+            .location()
+            .and_then(|l| usize::try_from(l.line()).ok())
+            .filter(|_| err.to_string().contains("unknown anchor"));
+        let Some(mended) = line.and_then(|line| go_alias_key(&text, line)) else {
+            return Err(yaml_error(err));
+        };
+        text = std::borrow::Cow::Owned(mended);
+    }
+    Err(Error::Yaml {
+        message: "too many aliases followed by a colon".to_owned(),
+        line: None,
+    })
+}
+
+/// `text` with a space between each alias and a colon that ends it on line `line` (1-based), as
+/// go-yaml reads them; `None` when the line has none.
+fn go_alias_key(text: &str, line: usize) -> Option<String> {
+    let go_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut mended = false;
+    for (n, l) in text.split_inclusive('\n').enumerate() {
+        if n + 1 != line {
+            out.push_str(l);
+            continue;
+        }
+        let mut previous = ' ';
+        let mut chars = l.char_indices().peekable();
+        while let Some((_, c)) = chars.next() {
+            out.push(c);
+            if c != '*' || !(previous.is_whitespace() || matches!(previous, '-' | '[' | '{' | ','))
+            {
+                previous = c;
+                continue;
+            }
+            let mut name = 0;
+            while let Some(&(_, c)) = chars.peek().filter(|(_, c)| go_name(*c)) {
+                out.push(c);
+                chars.next();
+                name += 1;
+            }
+            if name > 0 && chars.peek().is_some_and(|(_, c)| *c == ':') {
+                out.push(' ');
+                mended = true;
+            }
+            previous = 'x';
+        }
+    }
+    mended.then_some(out)
 }
 
 /// A YAML parser error as [`Error::Yaml`]: its first line, and its line.
@@ -394,4 +457,28 @@ fn tail(text: &str, max: usize) -> String {
     }
     let kept: String = text.chars().skip(count - max).collect();
     format!("…{kept}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// go-yaml (kustomize, Flux) ends an alias at the colon: `*app: x` is a key named by the
+    /// anchor (a common app-template idiom); a block scalar's text is left as it is.
+    #[test]
+    fn an_alias_followed_by_a_colon_is_a_key_as_in_go_yaml() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: &app ipmi\ndata:\n  \
+                    *app: x\n  script: |\n    echo *app: y\n";
+        let documents = parse_documents(text).expect("kustomize builds it");
+        assert_eq!(
+            documents[0]["data"],
+            json!({"ipmi": "x", "script": "echo *app: y\n"})
+        );
+        let resources = parse_resources(text).expect("kustomize builds it");
+        assert_eq!(resources.objects[0]["data"]["ipmi"], json!("x"));
+        // An alias nothing defines is still an error, with its line.
+        let err = parse_documents("a: *nothing: x\n").expect_err("unknown anchor");
+        assert!(err.to_string().contains("unknown anchor"), "{err}");
+    }
 }
