@@ -109,7 +109,14 @@ fn flux_generator_takes_sub_kustomizations_whole_and_only_manifests() {
 #[test]
 fn the_built_in_subset_equals_kustomize() {
     for dir in [
-        "overlay", "labels", "hashing", "base", "patched", "merged", "binary",
+        "overlay",
+        "labels",
+        "hashing",
+        "base",
+        "patched",
+        "merged",
+        "binary",
+        "multi-patch",
     ] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,

@@ -50,6 +50,9 @@ struct Item {
     hash: bool,
     /// Its annotations that a JSON 6902 patch would change (see [`scalars`]).
     marks: Marks,
+    /// The (namespace, name) it had before a base's `namespace`, `namePrefix` or `nameSuffix`
+    /// changed them: kustomize still matches a patch against those.
+    earlier: Vec<(String, String)>,
 }
 
 pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
@@ -177,6 +180,7 @@ fn accumulate(
                     generated: false,
                     hash: false,
                     marks,
+                    earlier: Vec::new(),
                 });
             }
         } else {
@@ -403,6 +407,7 @@ fn generators(
                 generated: true,
                 hash,
                 marks: Marks::new(),
+                earlier: Vec::new(),
             });
         }
     }
@@ -537,9 +542,23 @@ fn patches(
             }
         };
         let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-        let mut patch: Value =
-            serde_saphyr::from_str_with_options(&text, options).map_err(super::yaml_error)?;
+        let mut documents: Vec<Value> =
+            serde_saphyr::from_multiple_with_options(&text, options).map_err(super::yaml_error)?;
         let target = entry.get("target").cloned().unwrap_or(Value::Null);
+        // Several strategic-merge patches in one file, as kustomize allows: each is applied.
+        if documents.len() > 1 && documents.iter().all(Value::is_object) {
+            let rewritten = scalars::rewrite(&text, &mut documents, Read::Patch)?;
+            for why in rewritten.inexact {
+                let message =
+                    format!("a patch: {why}; the built-in subset matches the written text");
+                unsupported(build, here, message);
+            }
+            for (patch, marks) in documents.iter().zip(rewritten.marks) {
+                strategic_merge(here, (patch, &marks), &target, items, build)?;
+            }
+            continue;
+        }
+        let mut patch = documents.into_iter().next().unwrap_or(Value::Null);
         let operations = match patch {
             // A JSON 6902 patch goes through JSON (sigs.k8s.io/yaml): its timestamps stay text.
             Value::Array(operations) => operations,
@@ -623,10 +642,18 @@ fn strategic_merge(
         text(patch, "/metadata/namespace"),
     );
     let api_version = text(patch, "/apiVersion");
-    let named = |object: &Value| {
+    let named = |item: &Item| {
+        let object = &item.object.object;
+        let now = (
+            text(object, "/metadata/namespace"),
+            text(object, "/metadata/name"),
+        );
         text(object, "/kind") == kind
-            && text(object, "/metadata/name") == name
-            && text(object, "/metadata/namespace") == namespace
+            && (now == (namespace.clone(), name.clone())
+                || item
+                    .earlier
+                    .iter()
+                    .any(|(ns, n)| *ns == namespace && *n == name))
             && merge::group_of(&text(object, "/apiVersion")) == merge::group_of(&api_version)
     };
     let selector = (!target.is_null())
@@ -635,7 +662,7 @@ fn strategic_merge(
     let mut selected = Vec::new();
     for (index, item) in items.iter().enumerate() {
         let chosen = match &selector {
-            None => named(&item.object.object),
+            None => named(item),
             Some(selector) => selector.selects(&item.object.object),
         };
         if chosen {
@@ -831,6 +858,22 @@ fn apply_operation(object: &mut Value, operation: &Value) -> std::result::Result
     Ok(())
 }
 
+/// Keeps `item`'s (namespace, name) before a transformer changes it.
+fn remember(item: &mut Item) {
+    let object = &item.object.object;
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let id = (text("/metadata/namespace"), text("/metadata/name"));
+    if !item.earlier.contains(&id) {
+        item.earlier.push(id);
+    }
+}
+
 /// namespace, namePrefix/nameSuffix, labels and annotations, in kustomize's transformer order.
 fn transform(kustomization: &Value, items: &mut [Item]) {
     if let Some(namespace) = kustomization.get("namespace").and_then(Value::as_str) {
@@ -846,6 +889,7 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
             if CLUSTER_SCOPED_KINDS.contains(&kind) {
                 continue;
             }
+            remember(item);
             if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
                 metadata.insert("namespace".into(), json!(namespace));
             }
@@ -866,6 +910,7 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
                 continue;
             }
             let name = name_of(&item.object.object);
+            remember(item);
             if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
                 metadata.insert("name".into(), json!(format!("{prefix}{name}{suffix}")));
             }
