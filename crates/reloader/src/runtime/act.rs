@@ -252,7 +252,7 @@ fn keep_written(ctx: &Context, object: &ObjectRef, kind: WorkloadKind, mut writt
     written.types = None;
     super::cache::trim_kind(kind)(&mut written);
     // Only what reads as its kind is cached (what `Cached::typed` relies on).
-    let Ok(written) = Cached::new(kind, &written) else {
+    let Ok((written, _)) = Cached::new(kind, &written) else {
         return;
     };
     let mut state = ctx.state();

@@ -189,13 +189,16 @@ struct Packed {
 }
 
 impl Cached {
-    /// `object` of `kind`, as the informer (or our own write's response, trimmed) gave it; an
-    /// error if it does not read as its kind.
-    pub(super) fn new(kind: WorkloadKind, object: &DynamicObject) -> serde_json::Result<Self> {
+    /// `object` of `kind`, as the informer (or our own write's response, trimmed) gave it, and
+    /// its typed form (read once here, so `typed` can rely on it); an error if it does not read
+    /// as its kind.
+    pub(super) fn new(
+        kind: WorkloadKind,
+        object: &DynamicObject,
+    ) -> serde_json::Result<(Self, Owned)> {
         use sha2::{Digest, Sha256};
         let json = untyped_json(object)?;
-        // Checked here once, so `typed` can rely on it.
-        Owned::from_json(kind, &json)?;
+        let owned = Owned::from_json(kind, &json)?;
         let spec = object.data.get("spec");
         let template = match kind {
             WorkloadKind::CronJob => spec
@@ -206,7 +209,7 @@ impl Cached {
         };
         let meta = &object.metadata;
         let decision = serde_json::to_vec(&(&meta.uid, &meta.annotations, template))?;
-        Ok(Cached {
+        let cached = Cached {
             kind,
             packed: Arc::new(Packed {
                 json: json.into(),
@@ -217,7 +220,8 @@ impl Cached {
                     .and_then(|v| v.parse().ok()),
                 decision: Sha256::digest(decision).into(),
             }),
-        })
+        };
+        Ok((cached, owned))
     }
 
     /// The typed object (`None` only if it no longer reads as its kind, which [`Cached::new`]

@@ -835,8 +835,11 @@ fn cached_workloads_compare_what_decisions_read() {
     d.metadata.uid = Some("u1".into());
     d.metadata.resource_version = Some("10".into());
     cache::trim_kind(WorkloadKind::Deployment)(&mut d);
-    let cached =
-        |d: &DynamicObject| cache::Cached::new(WorkloadKind::Deployment, d).expect("a Deployment");
+    let cached = |d: &DynamicObject| {
+        cache::Cached::new(WorkloadKind::Deployment, d)
+            .expect("a Deployment")
+            .0
+    };
     let a = cached(&d);
     let (Some(cache::Owned::Deployment(typed)), Ok(cache::Owned::Deployment(direct))) = (
         a.typed(),

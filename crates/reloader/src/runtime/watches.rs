@@ -58,16 +58,15 @@ pub(super) async fn on_workload(
     obj: Arc<DynamicObject>,
 ) -> Option<ObjectRef> {
     let name = obj.name_any();
-    let cached = match Cached::new(kind, &obj) {
-        Ok(cached) => cached,
+    // Typed for the index and the checks below only; the cache keeps the packed copy.
+    let (cached, owned) = match Cached::new(kind, &obj) {
+        Ok((cached, owned)) => (cached, Arc::new(owned)),
         Err(err) => {
             warn!(%kind, %name, error = %err, "reload: cannot read workload");
             return None;
         }
     };
     drop(obj);
-    // Typed for the index and the checks below only; the cache keeps the packed copy.
-    let owned = Arc::new(cached.typed()?);
     let object = owned.workload().object_ref()?;
     let (problems, evaluate) = {
         let mut state = ctx.state();
