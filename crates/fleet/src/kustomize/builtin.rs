@@ -541,9 +541,7 @@ fn patches(
                 )));
             }
         };
-        let options = serde_saphyr::options! { strict_booleans: true, legacy_octal_numbers: true };
-        let mut documents: Vec<Value> =
-            serde_saphyr::from_multiple_with_options(&text, options).map_err(super::yaml_error)?;
+        let (text, mut documents) = super::parse_yaml_text(&text)?;
         let target = entry.get("target").cloned().unwrap_or(Value::Null);
         // Several strategic-merge patches in one file, as kustomize allows: each is applied.
         if documents.len() > 1 && documents.iter().all(Value::is_object) {

@@ -134,7 +134,7 @@ fn parse_yaml(text: &str) -> Result<Vec<Value>> {
 /// is not a letter, digit, `_` or `-`, so `*app: x` is the alias `app` as a key, where YAML 1.2
 /// (serde-saphyr) reads the alias `app:`. A line the parser refuses for an unknown anchor gets a
 /// space before such a colon, and the text is read again.
-fn parse_yaml_text(text: &str) -> Result<(std::borrow::Cow<'_, str>, Vec<Value>)> {
+pub(super) fn parse_yaml_text(text: &str) -> Result<(std::borrow::Cow<'_, str>, Vec<Value>)> {
     let mut text = std::borrow::Cow::Borrowed(text);
     // Each round mends one line; a file has only so many.
     for _ in 0..256 {
