@@ -404,11 +404,29 @@ pub fn helm_command() -> Command {
 }
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (for a listener a test starts).
+///
+/// It is taken below the kernel's ephemeral range, as `hack/cluster.sh` takes the cluster's:
+/// a port the kernel handed out once may be handed out again, as the local end of any client's
+/// connection, before the process the test starts binds it (a flaky "cannot listen").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .filter(|low| (12_000..=65_535).contains(low))
+        .unwrap_or(32_768);
+    let span = low - 10_000;
+    // Each test process starts elsewhere in the range; threads of one process never share.
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let port = 10_000 + (start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed)) % span);
+        let port = u16::try_from(port).unwrap_or(u16::MAX);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below {low}")
 }
 
 /// `GET path` on 127.0.0.1:`port` (HTTP/1.1, plain): the status and body, `None` when nothing

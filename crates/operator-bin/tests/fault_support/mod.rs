@@ -148,8 +148,12 @@ impl Conflux {
                 return;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
+                // The log's end says why; CI keeps only the test's output.
+                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(15)..].join("\n");
                 panic!(
-                    "conflux exited early: {status} (log: {})",
+                    "conflux exited early: {status} (log: {}):\n{tail}",
                     self.log.display()
                 );
             }
