@@ -117,6 +117,7 @@ fn the_built_in_subset_equals_kustomize() {
         "merged",
         "binary",
         "multi-patch",
+        "name-reference",
     ] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,

@@ -1,8 +1,8 @@
 //! The built-in kustomize subset: resources, components, namespace, name prefix and suffix,
 //! labels and annotations, ConfigMap and Secret generators with their hash suffixes and their
-//! references in pod templates, JSON 6902 `patches`, and strategic-merge `patches` where they
-//! are exact ([`merge`]). Any other field (and any other strategic-merge patch) is a
-//! `KustomizeUnsupported` problem.
+//! references in pod templates and where `configurations` name them ([`nameref`]), JSON 6902
+//! `patches`, and strategic-merge `patches` where they are exact ([`merge`]). Any other field
+//! (and any other strategic-merge patch) is a `KustomizeUnsupported` problem.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,6 +12,7 @@ use conflux_postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::nameref::{self, NameRef, Renamed};
 use super::scalars::{self, Marks, Read};
 use super::{
     Build, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge, read_documents,
@@ -38,6 +39,7 @@ const SUPPORTED: &[&str] = &[
     "generatorOptions",
     "buildMetadata",
     "patches",
+    "configurations",
 ];
 
 /// A built object with the names it had before prefixes, suffixes and hashes (kustomize's
@@ -63,8 +65,9 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
     let mut items = Vec::new();
     let kfile = kfile.as_deref();
     let here = Here { root, dir, kfile };
-    accumulate(here, &kustomization, &mut items, &mut build, 0)?;
-    finish(&mut items);
+    let mut refs = Vec::new();
+    accumulate(here, &kustomization, &mut items, &mut refs, &mut build, 0)?;
+    finish(&mut items, &refs, &mut build);
     build.objects = items.into_iter().map(|i| i.object).collect();
     Ok(build)
 }
@@ -95,6 +98,7 @@ fn accumulate(
     here: Here<'_>,
     kustomization: &Value,
     items: &mut Vec<Item>,
+    refs: &mut Vec<NameRef>,
     build: &mut Build,
     depth: usize,
 ) -> Result<()> {
@@ -123,6 +127,7 @@ fn accumulate(
             ),
         );
     }
+    configurations(here, kustomization, refs, build)?;
     let mut own = Vec::new();
     for resource in strings(kustomization.get("resources")) {
         if resource.contains("://") || resource.starts_with("github.com/") {
@@ -149,7 +154,7 @@ fn accumulate(
                 dir: &path,
                 kfile: Some(&file),
             };
-            accumulate(here, &child, &mut sub, build, depth + 1)?;
+            accumulate(here, &child, &mut sub, refs, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
             let text = std::fs::read_to_string(&absolute).map_err(|e| Error::io(&path, e))?;
@@ -207,10 +212,37 @@ fn accumulate(
             dir: &path,
             kfile: Some(&file),
         };
-        accumulate(here, &child, items, build, depth + 1)?;
+        accumulate(here, &child, items, refs, build, depth + 1)?;
     }
     patches(here, kustomization, items, build)?;
     transform(kustomization, items);
+    Ok(())
+}
+
+/// The `nameReference` entries of the kustomization's `configurations` files, added to `refs`.
+fn configurations(
+    here: Here<'_>,
+    kustomization: &Value,
+    refs: &mut Vec<NameRef>,
+    build: &mut Build,
+) -> Result<()> {
+    for file in strings(kustomization.get("configurations")) {
+        if file.contains("://") {
+            unsupported(
+                build,
+                here,
+                format!("remote configuration '{file}' is not fetched"),
+            );
+            continue;
+        }
+        let path = join(here.dir, &file);
+        let documents =
+            read_documents(&here.root.join(&path)).map_err(|e| super::in_file(&path, e))?;
+        let config = documents.into_iter().next().unwrap_or(Value::Null);
+        for message in nameref::read(&config, &path, refs) {
+            unsupported(build, here, message);
+        }
+    }
     Ok(())
 }
 
@@ -979,8 +1011,9 @@ fn labels(object: &mut Value, pairs: &Map<String, Value>, selectors: bool, templ
 }
 
 /// The last steps of a build: hash suffixes on generated objects, then references to renamed
-/// ConfigMaps/Secrets in pod templates (kustomize's `addHashesToNames` and nameReference).
-fn finish(items: &mut [Item]) {
+/// ConfigMaps/Secrets in pod templates and where `configurations` say (kustomize's
+/// `addHashesToNames` and nameReference).
+fn finish(items: &mut [Item], refs: &[NameRef], build: &mut Build) {
     for item in items.iter_mut().filter(|i| i.generated && i.hash) {
         let suffix = hash_suffix(&item.object.object);
         let name = name_of(&item.object.object);
@@ -1007,7 +1040,7 @@ fn finish(items: &mut [Item]) {
         return;
     }
     for item in items.iter_mut() {
-        let object = &mut item.object.object;
+        let Object { object, file } = &mut item.object;
         let namespace = object
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
@@ -1025,10 +1058,20 @@ fn finish(items: &mut [Item]) {
         if let Some(spec) = spec {
             rename_in_pod(spec, &namespace, &renamed);
         }
+        for path in nameref::apply(object, refs, &renamed) {
+            build.problems.push(Problem {
+                level: 1,
+                code: "KustomizeUnsupported",
+                object: format!("{kind}/{}", name_of(object)),
+                file: file.clone(),
+                line: None,
+                message: format!(
+                    "a map at '{path}' stands for a renamed ConfigMap or Secret; the built-in kustomize does not rename it"
+                ),
+            });
+        }
     }
 }
-
-type Renamed = BTreeMap<(String, String, String), String>;
 
 fn rename(value: Option<&mut Value>, kind: &str, namespace: &str, renamed: &Renamed) {
     if let Some(Value::String(name)) = value {

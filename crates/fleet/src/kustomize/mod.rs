@@ -20,6 +20,7 @@
 mod binary;
 mod builtin;
 mod merge;
+mod nameref;
 mod overlay;
 mod scalars;
 
