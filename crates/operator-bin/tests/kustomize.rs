@@ -118,6 +118,7 @@ fn the_built_in_subset_equals_kustomize() {
         "binary",
         "multi-patch",
         "name-reference",
+        "strategic-merge-files",
     ] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,

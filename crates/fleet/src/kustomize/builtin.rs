@@ -39,6 +39,7 @@ const SUPPORTED: &[&str] = &[
     "generatorOptions",
     "buildMetadata",
     "patches",
+    "patchesStrategicMerge",
     "configurations",
 ];
 
@@ -214,7 +215,11 @@ fn accumulate(
         };
         accumulate(here, &child, items, refs, build, depth + 1)?;
     }
-    patches(here, kustomization, items, build)?;
+    // kustomize runs `patchesStrategicMerge` before `patches`.
+    let entries = strategic_merge_entries(kustomization);
+    patches(here, &entries, items, build)?;
+    let entries = kustomization.get("patches").and_then(Value::as_array);
+    patches(here, entries.map_or(&[], Vec::as_slice), items, build)?;
     transform(kustomization, items);
     Ok(())
 }
@@ -546,18 +551,29 @@ fn as_strings(value: Option<&Value>) -> Map<String, Value> {
         .unwrap_or_default()
 }
 
-/// `patches` whose patch is a JSON 6902 operation list (`add`, `remove`, `replace`), applied to
-/// the objects their `target` selects; a strategic-merge patch, or another operation, is a
-/// `KustomizeUnsupported` problem and is skipped. They run before the other transformers.
-fn patches(
-    here: Here<'_>,
-    kustomization: &Value,
-    items: &mut [Item],
-    build: &mut Build,
-) -> Result<()> {
+/// The deprecated `patchesStrategicMerge` as `patches` entries without a target: each is a
+/// file, or the patch itself (kustomize first tries the text as YAML objects; a path never is one).
+fn strategic_merge_entries(kustomization: &Value) -> Vec<Value> {
+    strings(kustomization.get("patchesStrategicMerge"))
+        .into_iter()
+        .map(|entry| {
+            let inline = entry.contains('\n') || entry.trim_start().starts_with('{');
+            if inline {
+                json!({ "patch": entry })
+            } else {
+                json!({ "path": entry })
+            }
+        })
+        .collect()
+}
+
+/// `patches` entries: a JSON 6902 operation list (`add`, `remove`, `replace`) applied to the
+/// objects their `target` selects, or strategic-merge patches where exact (see
+/// [`strategic_merge`]); another operation is a `KustomizeUnsupported` problem and is skipped.
+/// They run before the other transformers.
+fn patches(here: Here<'_>, entries: &[Value], items: &mut [Item], build: &mut Build) -> Result<()> {
     let Here { root, dir, .. } = here;
-    let entries = kustomization.get("patches").and_then(Value::as_array);
-    for entry in entries.into_iter().flatten() {
+    for entry in entries {
         let text = match (
             entry.get("patch").and_then(Value::as_str),
             entry.get("path"),
