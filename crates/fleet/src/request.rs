@@ -631,8 +631,8 @@ mod tests {
         );
     }
 
-    /// A parent's kustomization uses a field the built-in engine skips (`replacements`, which
-    /// could set the child's path): what is judged of the child is a warning, not an error.
+    /// A parent's kustomization uses a field the built-in engine skips (`helmCharts`, which
+    /// could render the child): what is judged of the child is a warning, not an error.
     #[test]
     fn nothing_downstream_of_a_skipped_step_is_an_error() {
         let plans = plan_fleet(
@@ -642,7 +642,7 @@ mod tests {
                 (
                     "clusters/prod/kustomization.yaml",
                     "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
-                     resources:\n  - apps.yaml\nreplacements: []\n",
+                     resources:\n  - apps.yaml\nhelmCharts: []\n",
                 ),
                 (
                     "clusters/prod/apps.yaml",

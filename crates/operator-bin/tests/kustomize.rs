@@ -119,6 +119,8 @@ fn the_built_in_subset_equals_kustomize() {
         "multi-patch",
         "name-reference",
         "strategic-merge-files",
+        "replacements",
+        "patch-directives",
     ] {
         assert!(
             same(dir, &FluxOverlay::default()) > 0,

@@ -1,8 +1,9 @@
 //! The built-in kustomize subset: resources, components, namespace, name prefix and suffix,
 //! labels and annotations, ConfigMap and Secret generators with their hash suffixes and their
 //! references in pod templates and where `configurations` name them ([`nameref`]), JSON 6902
-//! `patches`, and strategic-merge `patches` where they are exact ([`merge`]). Any other field
-//! (and any other strategic-merge patch) is a `KustomizeUnsupported` problem.
+//! `patches`, strategic-merge `patches` and `patchesStrategicMerge` where they are exact
+//! ([`merge`]), and `replacements` ([`replace`]). Any other field (and any other strategic-merge
+//! patch or replacement) is a `KustomizeUnsupported` problem.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,6 +14,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::nameref::{self, NameRef, Renamed};
+use super::replace::{self, Candidate};
 use super::scalars::{self, Marks, Read};
 use super::{
     Build, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge, read_documents,
@@ -41,6 +43,7 @@ const SUPPORTED: &[&str] = &[
     "patches",
     "patchesStrategicMerge",
     "configurations",
+    "replacements",
 ];
 
 /// A built object with the names it had before prefixes, suffixes and hashes (kustomize's
@@ -104,6 +107,7 @@ fn accumulate(
     depth: usize,
 ) -> Result<()> {
     let Here { root, dir, .. } = here;
+    let kustomization = &canonical(kustomization);
     if depth > 32 {
         return Err(Error::Build(format!(
             "'{dir}': resources nest more than 32 levels"
@@ -221,7 +225,90 @@ fn accumulate(
     let entries = kustomization.get("patches").and_then(Value::as_array);
     patches(here, entries.map_or(&[], Vec::as_slice), items, build)?;
     transform(kustomization, items);
+    replacements(here, kustomization, items, build)
+}
+
+/// `replacements` (see [`replace`]), after the other transformers as kustomize runs them: each
+/// entry inline, or a file holding one or a list.
+fn replacements(
+    here: Here<'_>,
+    kustomization: &Value,
+    items: &mut [Item],
+    build: &mut Build,
+) -> Result<()> {
+    let Here { root, dir, .. } = here;
+    let entries = kustomization.get("replacements").and_then(Value::as_array);
+    for entry in entries.into_iter().flatten() {
+        let loaded = match entry.get("path").and_then(Value::as_str) {
+            Some(_) if entry.get("source").is_some() || entry.get("targets").is_some() => {
+                return Err(Error::Build(format!(
+                    "a replacement in '{dir}': cannot specify both path and inline replacement"
+                )));
+            }
+            Some(file) => {
+                let path = join(dir, file);
+                let text =
+                    std::fs::read_to_string(root.join(&path)).map_err(|e| Error::io(&path, e))?;
+                let (_, documents) =
+                    super::parse_yaml_text(&text).map_err(|e| super::in_file(&path, e))?;
+                match documents.into_iter().next() {
+                    Some(Value::Array(list)) => list,
+                    Some(one @ Value::Object(_)) => vec![one],
+                    _ => {
+                        return Err(Error::Build(format!(
+                            "unsupported replacement type encountered within replacement path '{path}'"
+                        )));
+                    }
+                }
+            }
+            None => vec![entry.clone()],
+        };
+        for replacement in &loaded {
+            let mut candidates: Vec<Candidate<'_>> = items
+                .iter_mut()
+                .map(|item| Candidate {
+                    object: &mut item.object.object,
+                    earlier: &item.earlier,
+                })
+                .collect();
+            match replace::apply(replacement, &mut candidates) {
+                Ok(unapplied) => {
+                    for what in unapplied {
+                        let message = format!(
+                            "{what} is not applied by the built-in kustomize; that replacement is skipped"
+                        );
+                        unsupported(build, here, message);
+                    }
+                }
+                Err(refusal) => {
+                    return Err(Error::Build(format!("a replacement in '{dir}': {refusal}")));
+                }
+            }
+        }
+    }
     Ok(())
+}
+
+/// kustomize reads its file with Go's JSON decoding, which takes a field name in any case
+/// (`apiversion` is `apiVersion`); the exact name wins where both are written.
+fn canonical(kustomization: &Value) -> Value {
+    let Some(map) = kustomization.as_object() else {
+        return kustomization.clone();
+    };
+    let mut out = map.clone();
+    for (key, value) in map {
+        let Some(field) = SUPPORTED
+            .iter()
+            .find(|field| **field != key && field.eq_ignore_ascii_case(key))
+        else {
+            continue;
+        };
+        out.remove(key);
+        if !map.contains_key(*field) {
+            out.insert((*field).to_owned(), value.clone());
+        }
+    }
+    Value::Object(out)
 }
 
 /// The `nameReference` entries of the kustomization's `configurations` files, added to `refs`.
@@ -571,7 +658,12 @@ fn strategic_merge_entries(kustomization: &Value) -> Vec<Value> {
 /// objects their `target` selects, or strategic-merge patches where exact (see
 /// [`strategic_merge`]); another operation is a `KustomizeUnsupported` problem and is skipped.
 /// They run before the other transformers.
-fn patches(here: Here<'_>, entries: &[Value], items: &mut [Item], build: &mut Build) -> Result<()> {
+fn patches(
+    here: Here<'_>,
+    entries: &[Value],
+    items: &mut Vec<Item>,
+    build: &mut Build,
+) -> Result<()> {
     let Here { root, dir, .. } = here;
     for entry in entries {
         let text = match (
@@ -673,7 +765,7 @@ fn strategic_merge(
     here: Here<'_>,
     (patch, marks): (&Value, &Marks),
     target: &Value,
-    items: &mut [Item],
+    items: &mut Vec<Item>,
     build: &mut Build,
 ) -> Result<()> {
     let text = |v: &Value, p: &str| {
@@ -733,6 +825,15 @@ fn strategic_merge(
             unsupported(build, here, format!("{why}; that patch is skipped"));
             return Ok(());
         }
+    }
+    if merge::deletes(&body) {
+        // kustomize drops every object a `$patch: delete` patch selects.
+        let mut index = 0;
+        items.retain(|_| {
+            index += 1;
+            !selected.contains(&(index - 1))
+        });
+        return Ok(());
     }
     for index in selected {
         let item = &mut items[index];
@@ -926,7 +1027,9 @@ fn transform(kustomization: &Value, items: &mut [Item]) {
         for item in items.iter_mut() {
             let kind = kind_of(&item.object.object);
             if kind == "Namespace" {
-                // kustomize's namespace transformer renames Namespace objects too.
+                // kustomize's namespace transformer renames Namespace objects too (a
+                // replacement may still select one by its earlier name).
+                remember(item);
                 if let Some(metadata) = ensure(&mut item.object.object, "/metadata") {
                     metadata.insert("name".into(), json!(namespace));
                 }

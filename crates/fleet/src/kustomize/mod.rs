@@ -22,6 +22,7 @@ mod builtin;
 mod merge;
 mod nameref;
 mod overlay;
+mod replace;
 mod scalars;
 
 use std::path::{Path, PathBuf};

@@ -66,7 +66,7 @@ pub fn json_text_to_yaml(json: &str) -> Result<String, Error> {
 /// `yes`, `n`, `~`, `""`, `0755`, `0x1F`, `1e3`, `.5`, `+1`, `.inf` and `2001-12-14` do;
 /// `inf`, `NaN`, `1e400`, `yEs` and `<<` do not. Base-60 numbers (`1:20`) are strings here; the
 /// emitter quotes them separately.
-pub(crate) fn resolves_to_non_string(s: &str) -> bool {
+pub fn resolves_to_non_string(s: &str) -> bool {
     !matches!(resolve_plain(s), Resolved::Str)
 }
 
