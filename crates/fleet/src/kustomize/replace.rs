@@ -44,6 +44,11 @@ pub(super) fn apply(
             unapplied.push(format!("a replacement {place}'s option '{option}'"));
         }
     }
+    if let Some(path) = text(source, "fieldPath")
+        && split(path).iter().any(|s| s == "*" || s.starts_with("[="))
+    {
+        unapplied.push(format!("the replacement source path '{path}'"));
+    }
     for target in targets(replacement) {
         let selectors = std::iter::once(target.get("select")).chain(
             target
