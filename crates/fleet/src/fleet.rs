@@ -18,6 +18,7 @@
 //! followed and are at most warnings. This module reads files and may run a process; the
 //! decisions about the objects stay with the library crates' audits.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
@@ -67,8 +68,7 @@ pub struct Cluster {
 }
 
 fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
+    json_at(value, pointer)
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
@@ -119,7 +119,7 @@ fn source_root(file: &str, path: &str) -> String {
 /// The sync Kustomization a FluxInstance makes: `flux-system` in its namespace, from the source
 /// of the same name.
 fn instance_sync(instance: &Value) -> Option<Value> {
-    let path = instance.pointer("/spec/sync/path")?.as_str()?;
+    let path = json_at(instance, "/spec/sync/path")?.as_str()?;
     let namespace = match text(instance, "/metadata/namespace") {
         "" => "flux-system",
         namespace => namespace,
@@ -137,7 +137,7 @@ fn instance_sync(instance: &Value) -> Option<Value> {
 
 /// The sync Kustomization of the `flux-instance` Helm chart: `spec.values.instance.sync`.
 fn chart_instance_sync(release: &Value) -> Option<Value> {
-    let sync = release.pointer("/spec/values/instance/sync")?;
+    let sync = json_at(release, "/spec/values/instance/sync")?;
     let instance = json!({"metadata": {"namespace": text(release, "/metadata/namespace")},
                           "spec": {"sync": sync}});
     instance_sync(&instance)
@@ -160,7 +160,7 @@ pub fn entries(documents: &[Object], files: &[String]) -> Vec<Entry> {
             instance_sync(object)
         } else if text(object, "/kind") == "HelmRelease" {
             chart_instance_sync(object)
-        } else if object.get("kind").is_none() && object.pointer("/instance/sync/path").is_some() {
+        } else if object.get("kind").is_none() && json_at(object, "/instance/sync/path").is_some() {
             // A values file of the flux-instance chart (given to it by a generated ConfigMap).
             let values = json!({"spec": {"values": object}});
             chart_instance_sync(&values)
@@ -260,7 +260,7 @@ impl Later {
         for applied in &cluster.applied {
             let ks = &applied.kustomization;
             let namespace = text(ks, "/metadata/namespace");
-            let depends = ks.pointer("/spec/dependsOn").and_then(Value::as_array);
+            let depends = json_at(ks, "/spec/dependsOn").and_then(Value::as_array);
             let depends = depends.into_iter().flatten().map(|d| {
                 let ns = match text(d, "/namespace") {
                     "" => namespace,
@@ -382,7 +382,7 @@ fn traverse(
         group(&o.object) == "source.toolkit.fluxcd.io"
             && text(&o.object, "/metadata/name") == source.0
             && text(&o.object, "/metadata/namespace") == source.1
-            && o.object.pointer("/spec/ignore").is_some()
+            && json_at(&o.object, "/spec/ignore").is_some()
     });
     let how = match (ignores, root.join(".sourceignore").is_file()) {
         (Some(_), _) => Some("the source's spec.ignore"),
@@ -620,14 +620,13 @@ fn artifact_path(
         text(o, "/kind") == "ArtifactGenerator" && text(o, "/metadata/namespace") == namespace
     });
     for generator in generators {
-        let Some(artifact) = generator
-            .pointer("/spec/artifacts")
+        let Some(artifact) = json_at(generator, "/spec/artifacts")
             .and_then(Value::as_array)
             .and_then(|a| a.iter().find(|a| text(a, "/name") == name))
         else {
             continue;
         };
-        let sources = generator.pointer("/spec/sources").and_then(Value::as_array);
+        let sources = json_at(generator, "/spec/sources").and_then(Value::as_array);
         let own = |alias: &str| {
             sources
                 .into_iter()

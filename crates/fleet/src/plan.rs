@@ -38,6 +38,7 @@
 //! assert_eq!(plan.documents, 2);
 //! ```
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
@@ -225,7 +226,7 @@ impl Input {
 /// [`conflux_postbuild_subst::audit::UNKNOWN_KEYS_ANNOTATION`], so the variables it may define are not
 /// reported undefined.
 fn external_secret_target(object: &Value) -> Option<Value> {
-    let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+    let text = |p: &str| json_at(object, p).and_then(Value::as_str);
     let group = text("/apiVersion")?.split('/').next()?;
     if group != "external-secrets.io" || text("/kind") != Some("ExternalSecret") {
         return None;
@@ -236,8 +237,7 @@ fn external_secret_target(object: &Value) -> Option<Value> {
     let name = text("/spec/target/name").or(text("/metadata/name"))?;
     let mut data = serde_json::Map::new();
     let external = Value::String("RVhURVJOQUw=".to_owned());
-    for entry in object
-        .pointer("/spec/data")
+    for entry in json_at(object, "/spec/data")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
@@ -246,20 +246,17 @@ fn external_secret_target(object: &Value) -> Option<Value> {
             data.insert(key.to_owned(), external.clone());
         }
     }
-    let template = object
-        .pointer("/spec/target/template/data")
-        .and_then(Value::as_object);
+    let template = json_at(object, "/spec/target/template/data").and_then(Value::as_object);
     for key in template.into_iter().flat_map(|t| t.keys()) {
         data.insert(key.clone(), external.clone());
     }
     let mut metadata = json!({"name": name, "namespace": text("/metadata/namespace")});
     for field in ["labels", "annotations"] {
-        if let Some(map) = object.pointer(&format!("/spec/target/template/metadata/{field}")) {
+        if let Some(map) = json_at(object, &format!("/spec/target/template/metadata/{field}")) {
             metadata[field] = map.clone();
         }
     }
-    if object
-        .pointer("/spec/dataFrom")
+    if json_at(object, "/spec/dataFrom")
         .and_then(Value::as_array)
         .is_some_and(|from| !from.is_empty())
     {
@@ -415,7 +412,7 @@ fn audit(
             )
         })
         .filter(|o| {
-            let name = o.object.pointer("/metadata/name").and_then(Value::as_str);
+            let name = json_at(&o.object, "/metadata/name").and_then(Value::as_str);
             let suffix = format!("-{}", crate::kustomize::hash_suffix(&o.object));
             name.is_some_and(|n| n.ends_with(&suffix))
         })
@@ -433,15 +430,7 @@ fn audit(
     rows.extend(reload.findings.into_iter().map(|f| row!("reload", f)));
     // Each Kustomization's postBuild, with what it applies and the cluster's ConfigMaps and
     // Secrets as they would be (copies filled in).
-    let configs: Vec<&Value> = world
-        .iter()
-        .filter(|d| {
-            matches!(
-                d.get("kind").and_then(Value::as_str),
-                Some("ConfigMap" | "Secret")
-            )
-        })
-        .collect();
+    let configs = conflux_postbuild_subst::audit::Configs::new(&world);
     for applied in applied {
         let resources: Vec<Document<'_>> = applied
             .resources
@@ -557,7 +546,7 @@ fn helm_values_reloads(documents: &[(Value, Option<String>)]) -> Vec<Row> {
     let mut rows = Vec::new();
     for (object, file) in documents {
         let is_release = object.get("kind").and_then(Value::as_str) == Some("HelmRelease");
-        let Some(values) = object.pointer("/spec/values").filter(|_| is_release) else {
+        let Some(values) = json_at(object, "/spec/values").filter(|_| is_release) else {
             continue;
         };
         let text = values.to_string();

@@ -4,6 +4,7 @@
 //! repository (`--external`) join every plan, and each finding gets the line of its object in its
 //! file.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -177,7 +178,7 @@ fn stopped(entry: &Entry) -> fleet::Cluster {
 
 /// The `spec.path` an entry point syncs, as written.
 fn sync_path(entry: &Entry) -> &str {
-    let path = entry.kustomization.pointer("/spec/path");
+    let path = json_at(&entry.kustomization, "/spec/path");
     path.and_then(Value::as_str).unwrap_or_default()
 }
 

@@ -45,6 +45,7 @@
 //! assert_eq!(codes, ["CoercedValue", "UndefinedVariable"]);
 //! ```
 
+use crate::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -149,8 +150,7 @@ impl fmt::Debug for Document<'_> {
 }
 
 fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
+    json_at(value, pointer)
         .and_then(Value::as_str)
         .unwrap_or_default()
 }
@@ -179,58 +179,54 @@ fn is_kustomize_config(object: &Value) -> bool {
 /// Audits every Flux Kustomization with `spec.postBuild` among `documents`; see the
 /// [module docs](self). Findings are ordered by Kustomization, in document order.
 pub fn audit(documents: &[Document<'_>]) -> Vec<Finding> {
-    let mut configs: BTreeMap<(&str, &str, &str), &Value> = BTreeMap::new();
-    for doc in documents {
-        let kind = text(doc.object, "/kind");
-        if text(doc.object, "/apiVersion") == "v1" && matches!(kind, "ConfigMap" | "Secret") {
-            let key = (
-                kind,
-                text(doc.object, "/metadata/namespace"),
-                text(doc.object, "/metadata/name"),
-            );
-            configs.insert(key, doc.object);
-        }
-    }
+    let configs = Configs::new(documents.iter().map(|doc| doc.object));
     let mut findings = Vec::new();
     for doc in documents {
         let object = doc.object;
         let is_flux_ks = group(object) == "kustomize.toolkit.fluxcd.io"
             && text(object, "/kind") == "Kustomization";
-        if is_flux_ks
-            && object
-                .pointer("/spec/postBuild")
-                .is_some_and(|p| !p.is_null())
-        {
+        if is_flux_ks && json_at(object, "/spec/postBuild").is_some_and(|p| !p.is_null()) {
             let resources = resources(text(object, "/spec/path"), documents);
-            kustomization(object, &resources, &configs, &mut findings);
+            kustomization(object, &resources, &configs.0, &mut findings);
         }
     }
     findings
 }
 
+/// The cluster's ConfigMaps and Secrets by kind, namespace and name (later ones win), indexed
+/// once for every [`audit_kustomization`] of a fleet.
+pub struct Configs<'a>(BTreeMap<(&'a str, &'a str, &'a str), &'a Value>);
+
+impl<'a> Configs<'a> {
+    /// The ConfigMaps and Secrets among `objects`; other objects are left out.
+    pub fn new(objects: impl IntoIterator<Item = &'a Value>) -> Self {
+        let mut by_key = BTreeMap::new();
+        for object in objects {
+            let kind = text(object, "/kind");
+            if text(object, "/apiVersion") == "v1" && matches!(kind, "ConfigMap" | "Secret") {
+                let key = (
+                    kind,
+                    text(object, "/metadata/namespace"),
+                    text(object, "/metadata/name"),
+                );
+                by_key.insert(key, object);
+            }
+        }
+        Configs(by_key)
+    }
+}
+
 /// Audits one Flux Kustomization given what it applies (`resources`, as built, before
-/// substitution), with the ConfigMaps/Secrets of the cluster (`configs`; later ones win); see the
+/// substitution), with the ConfigMaps/Secrets of the cluster ([`Configs`]); see the
 /// [module docs](self). For callers that build each Kustomization themselves.
 pub fn audit_kustomization(
     ks: &Value,
     resources: &[Document<'_>],
-    configs: &[&Value],
+    configs: &Configs<'_>,
 ) -> Vec<Finding> {
-    let mut by_key: BTreeMap<(&str, &str, &str), &Value> = BTreeMap::new();
-    for object in configs {
-        let kind = text(object, "/kind");
-        if text(object, "/apiVersion") == "v1" && matches!(kind, "ConfigMap" | "Secret") {
-            let key = (
-                kind,
-                text(object, "/metadata/namespace"),
-                text(object, "/metadata/name"),
-            );
-            by_key.insert(key, object);
-        }
-    }
     let mut findings = Vec::new();
-    if ks.pointer("/spec/postBuild").is_some_and(|p| !p.is_null()) {
-        kustomization(ks, resources, &by_key, &mut findings);
+    if json_at(ks, "/spec/postBuild").is_some_and(|p| !p.is_null()) {
+        kustomization(ks, resources, &configs.0, &mut findings);
     }
     findings
 }

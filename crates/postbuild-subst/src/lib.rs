@@ -11,6 +11,7 @@
 pub mod audit;
 pub mod envsubst;
 mod error;
+pub mod json;
 mod redact;
 pub mod resource;
 pub mod resource_set;

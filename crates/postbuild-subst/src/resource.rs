@@ -10,6 +10,7 @@
 //! keep their type and cannot inject YAML structure. [`undefined_variables_in_resource`] lists
 //! the names a resource uses without defining them (they silently become empty strings).
 
+use crate::json::pointer as json_at;
 use std::fmt;
 
 use serde_json::Value;
@@ -80,8 +81,7 @@ fn is_disabled(resource: &Value) -> bool {
     ["/metadata/labels", "/metadata/annotations"]
         .iter()
         .any(|path| {
-            resource
-                .pointer(path)
+            json_at(resource, path)
                 .and_then(|map| map.get(SUBSTITUTE_KEY))
                 .and_then(Value::as_str)
                 == Some(DISABLED_VALUE)
@@ -287,8 +287,7 @@ pub fn undefined_variables_in_resource(
 /// `[noGrp]` for the core group (and `[noVer]`, `[noKind]` when missing).
 pub fn resource_id(resource: &Value) -> String {
     let text = |path: &str| {
-        resource
-            .pointer(path)
+        json_at(resource, path)
             .and_then(Value::as_str)
             .unwrap_or_default()
     };

@@ -30,6 +30,7 @@
 //! assert_eq!(expansion.objects[1]["data"]["replicas"], "3");
 //! ```
 
+use crate::json::pointer as json_at;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -48,8 +49,7 @@ pub const KIND: &str = "ResourceSet";
 pub const RECONCILE_ANNOTATION: &str = "fluxcd.controlplane.io/reconcile";
 
 fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
+    json_at(value, pointer)
         .and_then(Value::as_str)
         .unwrap_or_default()
 }

@@ -19,6 +19,7 @@
 //! # Ok::<(), conflux_postbuild_subst::Error>(())
 //! ```
 
+use crate::json::pointer as json_at;
 use serde_json::Value;
 
 use crate::resource::{
@@ -33,8 +34,7 @@ use crate::yaml::emit::json_to_yaml;
 use crate::{Error, Result};
 
 fn text_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    value
-        .pointer(pointer)
+    json_at(value, pointer)
         .and_then(Value::as_str)
         .unwrap_or_default()
 }

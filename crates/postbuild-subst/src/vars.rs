@@ -5,6 +5,7 @@
 //! as a [`SourceLookup`], so "not found" (tolerated for `optional: true`) is told apart from any
 //! other failure (never tolerated).
 
+use crate::json::pointer as json_at;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -164,7 +165,7 @@ fn invalid(message: String) -> Error {
 impl PostBuild {
     /// Reads `spec.postBuild` of a Kustomization object (absent fields mean empty).
     pub fn from_kustomization(kustomization: &Value) -> Result<Self, Error> {
-        let Some(post_build) = kustomization.pointer("/spec/postBuild") else {
+        let Some(post_build) = json_at(kustomization, "/spec/postBuild") else {
             return Ok(Self::default());
         };
         let mut result = Self::default();
@@ -264,8 +265,7 @@ impl fmt::Debug for SourceLookup {
 /// `stringData`, which the API server would have merged into `data`, on top). ConfigMap
 /// `binaryData` is ignored, as upstream. Secret bytes that are not UTF-8 are converted lossily.
 pub fn source_data(kind: &SourceKind, object: &Value) -> Result<BTreeMap<String, String>, Error> {
-    let name = object
-        .pointer("/metadata/name")
+    let name = json_at(object, "/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
     let mut data = BTreeMap::new();

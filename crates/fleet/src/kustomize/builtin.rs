@@ -5,6 +5,7 @@
 //! ([`merge`]), and `replacements` ([`replace`]). Any other field (and any other strategic-merge
 //! patch or replacement) is a `KustomizeUnsupported` problem.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -171,8 +172,7 @@ fn accumulate(
                 unsupported(build, here, message);
             }
             for (object, marks) in objects {
-                if object
-                    .pointer("/metadata/name")
+                if json_at(&object, "/metadata/name")
                     .and_then(Value::as_str)
                     .is_none()
                 {
@@ -347,8 +347,7 @@ fn kustomization_kind(kustomization: &Value) -> &str {
 }
 
 fn name_of(object: &Value) -> String {
-    object
-        .pointer("/metadata/name")
+    json_at(object, "/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
@@ -454,15 +453,14 @@ fn generators(
                 }
             }
             let options = |key: &str| {
-                generator
-                    .pointer(&format!("/options/{key}"))
+                json_at(generator, &format!("/options/{key}"))
                     .or_else(|| global.and_then(|g| g.get(key)))
             };
             let merged = |key: &str| {
                 let mut map = Map::new();
                 for source in [
                     global.and_then(|g| g.get(key)),
-                    generator.pointer(&format!("/options/{key}")),
+                    json_at(generator, &format!("/options/{key}")),
                 ] {
                     if let Some(m) = source.and_then(Value::as_object) {
                         map.extend(m.clone());
@@ -769,7 +767,7 @@ fn strategic_merge(
     build: &mut Build,
 ) -> Result<()> {
     let text = |v: &Value, p: &str| {
-        v.pointer(p)
+        json_at(v, p)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned()
@@ -838,7 +836,7 @@ fn strategic_merge(
     for index in selected {
         let item = &mut items[index];
         // The patch's annotations replace the object's, marks included; a null deletes.
-        match patch.pointer("/metadata/annotations") {
+        match json_at(patch, "/metadata/annotations") {
             Some(Value::Object(set)) => {
                 item.marks.retain(|key, _| !set.contains_key(key));
                 item.marks.extend(marks.clone());
@@ -901,8 +899,7 @@ impl Target {
     /// Whether it selects `object`.
     fn selects(&self, object: &Value) -> bool {
         let text = |p: &str| {
-            object
-                .pointer(p)
+            json_at(object, p)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
         };
@@ -923,8 +920,7 @@ impl Target {
             return false;
         }
         self.selectors.iter().all(|(metadata, selector)| {
-            let map: BTreeMap<String, String> = object
-                .pointer(&format!("/metadata/{metadata}"))
+            let map: BTreeMap<String, String> = json_at(object, &format!("/metadata/{metadata}"))
                 .and_then(Value::as_object)
                 .map(|m| {
                     m.iter()
@@ -1009,8 +1005,7 @@ fn apply_operation(object: &mut Value, operation: &Value) -> std::result::Result
 fn remember(item: &mut Item) {
     let object = &item.object.object;
     let text = |p: &str| {
-        object
-            .pointer(p)
+        json_at(object, p)
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned()
@@ -1147,8 +1142,7 @@ fn finish(items: &mut [Item], refs: &[NameRef], build: &mut Build) {
         let kind = kind_of(object);
         let current = name_of(object);
         if matches!(kind, "ConfigMap" | "Secret") && current != item.original {
-            let namespace = object
-                .pointer("/metadata/namespace")
+            let namespace = json_at(object, "/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned();
@@ -1160,8 +1154,7 @@ fn finish(items: &mut [Item], refs: &[NameRef], build: &mut Build) {
     }
     for item in items.iter_mut() {
         let Object { object, file } = &mut item.object;
-        let namespace = object
-            .pointer("/metadata/namespace")
+        let namespace = json_at(object, "/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();

@@ -7,6 +7,7 @@
 //! As kustomize does, every configuration read anywhere in a build (a base's, a component's)
 //! applies to every object of the build, once, after the hash suffixes.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -125,8 +126,7 @@ pub(super) fn apply(object: &mut Value, refs: &[NameRef], renamed: &Renamed) -> 
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let namespace = object
-        .pointer("/metadata/namespace")
+    let namespace = json_at(object, "/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();

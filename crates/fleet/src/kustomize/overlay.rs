@@ -2,6 +2,7 @@
 //! kustomization ([`FluxOverlay`]): added to the kustomization it builds, and `commonMetadata`
 //! set on every object after the build.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use serde_json::{Map, Value, json};
 
 use super::Object;
@@ -31,9 +32,9 @@ pub struct FluxOverlay {
 impl FluxOverlay {
     /// The overlay of the Flux Kustomization `ks`.
     pub(crate) fn of(ks: &Value) -> Self {
-        let string = |p: &str| ks.pointer(p).and_then(Value::as_str).map(str::to_owned);
+        let string = |p: &str| json_at(ks, p).and_then(Value::as_str).map(str::to_owned);
         let list = |p: &str| {
-            ks.pointer(p)
+            json_at(ks, p)
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default()
@@ -48,7 +49,7 @@ impl FluxOverlay {
                 .filter_map(|c| c.as_str().map(str::to_owned))
                 .collect(),
             images: list("/spec/images"),
-            common_metadata: ks.pointer("/spec/commonMetadata").cloned(),
+            common_metadata: json_at(ks, "/spec/commonMetadata").cloned(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! engine does not follow exactly (`delimiter`, label selectors, `*`, a value whose type would
 //! change on the way) is returned as a message, and that replacement is skipped.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use serde_json::{Map, Value, json};
 
 /// One object a replacement may read or write, with the IDs it had earlier in the build.
@@ -114,7 +115,7 @@ pub(super) fn apply(
             .map(Id::of)
             .filter(|r| !r.is_empty())
             .collect();
-        let create = target.pointer("/options/create").and_then(Value::as_bool) == Some(true);
+        let create = json_at(target, "/options/create").and_then(Value::as_bool) == Some(true);
         for (i, candidate) in candidates.iter().enumerate() {
             if select.selects(candidate) && !rejects.iter().any(|r| r.selects(candidate)) {
                 for path in field_paths(target) {
@@ -241,13 +242,11 @@ impl<'a> Id<'a> {
             return false;
         }
         let now = (
-            object
-                .pointer("/metadata/namespace")
+            json_at(object, "/metadata/namespace")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),
-            object
-                .pointer("/metadata/name")
+            json_at(object, "/metadata/name")
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_owned(),

@@ -21,6 +21,7 @@
 //! - A timestamp as a map key (`json: unsupported type`) or with an offset of a day or more fails
 //!   the build.
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use conflux_postbuild_subst::yaml::timestamp::Timestamp;
@@ -170,7 +171,7 @@ fn needed(text: &str, documents: &[Value]) -> bool {
         .as_bytes()
         .windows(6)
         .any(|w| w[..4].iter().all(u8::is_ascii_digit) && w[4] == b'-' && w[5].is_ascii_digit());
-    let odd = |object: &Value| match object.pointer("/metadata/annotations") {
+    let odd = |object: &Value| match json_at(object, "/metadata/annotations") {
         None => false,
         Some(Value::Object(map)) => map.is_empty() || map.values().any(|v| !v.is_string()),
         Some(_) => true,
