@@ -123,13 +123,28 @@ impl Request {
                         .collect()
                 });
                 let own = self.clusters.is_empty();
-                let plans = entries
-                    .iter()
-                    .zip(built.iter())
-                    .enumerate()
-                    .filter(|(i, _)| !own || !reached_by_another(*i, &entries, &built))
-                    .map(|(_, (_, cluster))| plan_cluster(cluster.clone(), &self.options));
-                return Ok(plans.collect());
+                let keep: Vec<bool> = (0..entries.len())
+                    .map(|i| !own || !reached_by_another(i, &entries, &built))
+                    .collect();
+                // Each cluster's audit is independent too: in parallel, each taking its own.
+                let options = &self.options;
+                let plans = std::thread::scope(|scope| {
+                    let handles: Vec<_> = built
+                        .into_iter()
+                        .zip(keep)
+                        .filter(|(_, keep)| *keep)
+                        .map(|(cluster, _)| scope.spawn(move || plan_cluster(cluster, options)))
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|handle| {
+                            handle
+                                .join()
+                                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                        })
+                        .collect()
+                });
+                return Ok(plans);
             }
         }
         let mut input = Input::default();
