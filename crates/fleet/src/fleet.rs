@@ -18,10 +18,10 @@
 //! followed and are at most warnings. This module reads files and may run a process; the
 //! decisions about the objects stay with the library crates' audits.
 
-use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
+use conflux_postbuild_subst::json::{pointer as json_at, text};
 use conflux_postbuild_subst::resource::{
     ResourceOutcome, SubstitutionOptions, substitute_resource,
 };
@@ -65,12 +65,6 @@ pub struct Cluster {
     /// applies, directly or through a parent: what is judged of them is judged on an
     /// approximation.
     pub approximate: BTreeSet<String>,
-}
-
-fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    json_at(value, pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 fn group(object: &Value) -> &str {

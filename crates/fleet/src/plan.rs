@@ -38,12 +38,12 @@
 //! assert_eq!(plan.documents, 2);
 //! ```
 
-use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use conflux_copy_core::audit::{AuditOptions, Verdict};
 use conflux_postbuild_subst::audit::Document;
+use conflux_postbuild_subst::json::pointer as json_at;
 use conflux_reloader::consumers::Keys;
 use conflux_watch_index::audit::{config_name, referrer_name};
 use conflux_watch_index::refs::ReferenceSet;

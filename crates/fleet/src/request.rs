@@ -4,10 +4,10 @@
 //! repository (`--external`) join every plan, and each finding gets the line of its object in its
 //! file.
 
-use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use serde_json::{Value, json};
 
 use crate::fleet::{self, Entry};

@@ -45,13 +45,13 @@
 //! assert_eq!(codes, ["CoercedValue", "UndefinedVariable"]);
 //! ```
 
-use crate::json::pointer as json_at;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use serde_json::Value;
 
 use crate::Error;
+use crate::json::{pointer as json_at, text};
 use crate::redact::RedactedJson;
 use crate::resource::{
     ResourceOutcome, SubstitutionOptions, is_valid_var_name, post_build_error, substitute_resource,
@@ -147,12 +147,6 @@ impl fmt::Debug for Document<'_> {
             .field("file", &self.file)
             .finish()
     }
-}
-
-fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    json_at(value, pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
 }
 
 /// `Kind/namespace/name` (`Kind/name` without a namespace).

@@ -10,13 +10,13 @@
 //! keep their type and cannot inject YAML structure. [`undefined_variables_in_resource`] lists
 //! the names a resource uses without defining them (they silently become empty strings).
 
-use crate::json::pointer as json_at;
 use std::fmt;
 
 use serde_json::Value;
 
 use crate::Error;
 use crate::envsubst::{self, Mode, UndefinedVariable};
+use crate::json::pointer as json_at;
 use crate::redact::RedactedJson;
 use crate::vars::Variables;
 use crate::yaml::{emit, parse};

@@ -30,7 +30,6 @@
 //! assert_eq!(expansion.objects[1]["data"]["replicas"], "3");
 //! ```
 
-use crate::json::pointer as json_at;
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -38,6 +37,7 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::audit::{Finding, Severity};
+use crate::json::text;
 use crate::redact::RedactedJson;
 use crate::yaml::{emit::json_to_yaml, parse::yaml_to_json};
 
@@ -47,12 +47,6 @@ pub const GROUP: &str = "fluxcd.controlplane.io";
 pub const KIND: &str = "ResourceSet";
 /// Annotation that excludes a generated object when `disabled`.
 pub const RECONCILE_ANNOTATION: &str = "fluxcd.controlplane.io/reconcile";
-
-fn text<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    json_at(value, pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
 
 /// Whether `object` is a ResourceSet (any version of the group).
 pub fn is_resource_set(object: &Value) -> bool {

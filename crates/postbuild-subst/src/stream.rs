@@ -19,9 +19,9 @@
 //! # Ok::<(), conflux_postbuild_subst::Error>(())
 //! ```
 
-use crate::json::pointer as json_at;
 use serde_json::Value;
 
+use crate::json::text;
 use crate::resource::{
     SubstitutionOptions, post_build_error, resource_id, substitute_resource,
     undefined_variables_in_resource,
@@ -33,29 +33,23 @@ use crate::vars::{
 use crate::yaml::emit::json_to_yaml;
 use crate::{Error, Result};
 
-fn text_at<'v>(value: &'v Value, pointer: &str) -> &'v str {
-    json_at(value, pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-}
-
 /// The Flux Kustomization named `name` (`NAME` or `NAMESPACE/NAME`) among `documents`, or the
 /// only one there is.
 pub fn pick_kustomization(documents: Vec<Value>, name: Option<&str>) -> Result<Value> {
     let is_flux = |d: &Value| {
-        text_at(d, "/kind") == "Kustomization"
-            && text_at(d, "/apiVersion").starts_with("kustomize.toolkit.fluxcd.io/")
+        text(d, "/kind") == "Kustomization"
+            && text(d, "/apiVersion").starts_with("kustomize.toolkit.fluxcd.io/")
     };
     let id = |d: &Value| {
         format!(
             "{}/{}",
-            text_at(d, "/metadata/namespace"),
-            text_at(d, "/metadata/name")
+            text(d, "/metadata/namespace"),
+            text(d, "/metadata/name")
         )
     };
     let mut found: Vec<Value> = documents.into_iter().filter(is_flux).collect();
     if let Some(name) = name {
-        found.retain(|d| text_at(d, "/metadata/name") == name || id(d) == name);
+        found.retain(|d| text(d, "/metadata/name") == name || id(d) == name);
     }
     match found.len() {
         1 => Ok(found.remove(0)),
@@ -76,7 +70,7 @@ pub fn variables(kustomization: Option<&Value>, sources: &[Value]) -> Result<(Va
     let Some(kustomization) = kustomization else {
         let mut vars = Variables::new();
         for object in sources {
-            let kind = match text_at(object, "/kind") {
+            let kind = match text(object, "/kind") {
                 "ConfigMap" => SourceKind::ConfigMap,
                 "Secret" => SourceKind::Secret,
                 other => return Err(Error::NotAVariableSource(other.to_owned())),
@@ -87,13 +81,13 @@ pub fn variables(kustomization: Option<&Value>, sources: &[Value]) -> Result<(Va
         }
         return Ok((vars, false));
     };
-    let namespace = text_at(kustomization, "/metadata/namespace");
+    let namespace = text(kustomization, "/metadata/namespace");
     let post_build = PostBuild::from_kustomization(kustomization)?;
     let vars = load_variables(&post_build, |reference: &SubstituteReference| {
         let found = sources.iter().find(|object| {
-            text_at(object, "/kind") == reference.kind.as_str()
-                && text_at(object, "/metadata/name") == reference.name
-                && [namespace, ""].contains(&text_at(object, "/metadata/namespace"))
+            text(object, "/kind") == reference.kind.as_str()
+                && text(object, "/metadata/name") == reference.name
+                && [namespace, ""].contains(&text(object, "/metadata/namespace"))
         });
         match found {
             Some(object) => SourceLookup::Found(object.clone()),

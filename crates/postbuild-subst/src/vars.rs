@@ -5,7 +5,6 @@
 //! as a [`SourceLookup`], so "not found" (tolerated for `optional: true`) is told apart from any
 //! other failure (never tolerated).
 
-use crate::json::pointer as json_at;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -15,6 +14,7 @@ use serde_json::Value;
 
 use crate::Error;
 use crate::envsubst::VarSource;
+use crate::json::pointer as json_at;
 use crate::redact::{RedactedJson, RedactedMap};
 
 /// The merged variables, every `\n` already removed from every value (upstream does this when it

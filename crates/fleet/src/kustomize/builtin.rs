@@ -5,12 +5,12 @@
 //! ([`merge`]), and `replacements` ([`replace`]). Any other field (and any other strategic-merge
 //! patch or replacement) is a `KustomizeUnsupported` problem.
 
-use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use base64::Engine as _;
 use conflux_postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
+use conflux_postbuild_subst::json::pointer as json_at;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 

@@ -21,9 +21,9 @@
 //! - A timestamp as a map key (`json: unsupported type`) or with an offset of a day or more fails
 //!   the build.
 
-use conflux_postbuild_subst::json::pointer as json_at;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use conflux_postbuild_subst::json::pointer as json_at;
 use conflux_postbuild_subst::yaml::timestamp::Timestamp;
 use serde_json::{Map, Value};
 use serde_saphyr::granit_parser::{Event, Parser, ScalarStyle, StructureStyle};
