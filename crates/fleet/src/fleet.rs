@@ -846,13 +846,16 @@ fn post_build(
             continue;
         }
         let kind = reference.kind.as_str();
-        let mut wanted = vec![(namespace.to_owned(), reference.name.clone())];
-        if let Some(copied) = find(kind, namespace, &reference.name).and_then(copy_source) {
-            wanted.push(copied);
+        let direct = locate(kind, namespace, &reference.name);
+        let mut wanted = vec![((namespace.to_owned(), reference.name.clone()), direct)];
+        // A pull copy's source too, looked up once.
+        if let Some((ns, name)) = direct.0.and_then(copy_source) {
+            let located = locate(kind, &ns, &name);
+            wanted.push(((ns, name), located));
         }
-        for (ns, name) in wanted {
+        for ((ns, name), located) in wanted {
             let label = format!("{kind}/{ns}/{name}");
-            match locate(kind, &ns, &name) {
+            match located {
                 (None, _) => missing.push((kind.to_owned(), ns, name)),
                 (Some(_), Some(None)) => own.push(label),
                 (Some(_), Some(Some(applier))) => applied_later.push((label, applier.clone())),

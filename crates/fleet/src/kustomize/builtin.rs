@@ -1185,15 +1185,6 @@ fn finish(items: &mut [Item], refs: &[NameRef], build: &mut Build) {
     }
 }
 
-fn rename(value: Option<&mut Value>, kind: &str, namespace: &str, renamed: &Renamed) {
-    if let Some(Value::String(name)) = value {
-        let key = (kind.to_owned(), namespace.to_owned(), name.clone());
-        if let Some(current) = renamed.get(&key) {
-            *name = current.clone();
-        }
-    }
-}
-
 /// Where a pod spec names ConfigMaps and Secrets: (list in a container, pointer in an item, kind).
 const CONTAINER_REFS: [(&str, &str, &str); 4] = [
     ("env", "/valueFrom/configMapKeyRef/name", "ConfigMap"),
@@ -1218,7 +1209,9 @@ fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
             for (field, pointer, kind) in CONTAINER_REFS {
                 let items = container.get_mut(field).and_then(Value::as_array_mut);
                 for item in items.into_iter().flatten() {
-                    rename(item.pointer_mut(pointer), kind, namespace, renamed);
+                    if let Some(name) = item.pointer_mut(pointer) {
+                        nameref::rename(name, kind, namespace, renamed);
+                    }
                 }
             }
         }
@@ -1226,14 +1219,18 @@ fn rename_in_pod(spec: &mut Value, namespace: &str, renamed: &Renamed) {
     let volumes = spec.get_mut("volumes").and_then(Value::as_array_mut);
     for volume in volumes.into_iter().flatten() {
         for (pointer, kind) in VOLUME_REFS {
-            rename(volume.pointer_mut(pointer), kind, namespace, renamed);
+            if let Some(name) = volume.pointer_mut(pointer) {
+                nameref::rename(name, kind, namespace, renamed);
+            }
         }
         let sources = volume
             .pointer_mut("/projected/sources")
             .and_then(Value::as_array_mut);
         for source in sources.into_iter().flatten() {
             for (pointer, kind) in PROJECTED_REFS {
-                rename(source.pointer_mut(pointer), kind, namespace, renamed);
+                if let Some(name) = source.pointer_mut(pointer) {
+                    nameref::rename(name, kind, namespace, renamed);
+                }
             }
         }
     }

@@ -115,6 +115,9 @@ fn segments(path: &str) -> Option<Vec<String>> {
 /// built-in engine leaves it and says so).
 pub(super) fn apply(object: &mut Value, refs: &[NameRef], renamed: &Renamed) -> Vec<String> {
     let mut unapplied = Vec::new();
+    if refs.is_empty() {
+        return unapplied;
+    }
     let api_version = object
         .get("apiVersion")
         .and_then(Value::as_str)
@@ -155,15 +158,16 @@ struct Name<'a> {
 
 impl Name<'_> {
     fn rename(self, value: &mut Value) {
-        if let Value::String(name) = value {
-            let key = (
-                self.referent.to_owned(),
-                self.namespace.to_owned(),
-                name.clone(),
-            );
-            if let Some(current) = self.renamed.get(&key) {
-                *name = current.clone();
-            }
+        rename(value, self.referent, self.namespace, self.renamed);
+    }
+}
+
+/// `value`, a name of a `kind` in `namespace`, as the build renamed it (left when it was not).
+pub(super) fn rename(value: &mut Value, kind: &str, namespace: &str, renamed: &Renamed) {
+    if let Value::String(name) = value {
+        let key = (kind.to_owned(), namespace.to_owned(), name.clone());
+        if let Some(current) = renamed.get(&key) {
+            *name = current.clone();
         }
     }
 }
