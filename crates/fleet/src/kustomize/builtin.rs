@@ -10,7 +10,7 @@ use std::path::Path;
 
 use base64::Engine as _;
 use conflux_postbuild_subst::audit::CLUSTER_SCOPED_KINDS;
-use conflux_postbuild_subst::json::pointer as json_at;
+use conflux_postbuild_subst::json::{self, pointer as json_at};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -766,12 +766,7 @@ fn strategic_merge(
     items: &mut Vec<Item>,
     build: &mut Build,
 ) -> Result<()> {
-    let text = |v: &Value, p: &str| {
-        json_at(v, p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = |v: &Value, p: &str| json::text(v, p).to_owned();
     let (kind, name, namespace) = (
         text(patch, "/kind"),
         text(patch, "/metadata/name"),
@@ -898,11 +893,7 @@ impl Target {
 
     /// Whether it selects `object`.
     fn selects(&self, object: &Value) -> bool {
-        let text = |p: &str| {
-            json_at(object, p)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        };
+        let text = |p: &str| json::text(object, p);
         let api_version = text("/apiVersion");
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let value = |field: &str| match field {
@@ -1004,12 +995,7 @@ fn apply_operation(object: &mut Value, operation: &Value) -> std::result::Result
 /// Keeps `item`'s (namespace, name) before a transformer changes it.
 fn remember(item: &mut Item) {
     let object = &item.object.object;
-    let text = |p: &str| {
-        json_at(object, p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
+    let text = |p: &str| json::text(object, p).to_owned();
     let id = (text("/metadata/namespace"), text("/metadata/name"));
     if !item.earlier.contains(&id) {
         item.earlier.push(id);
