@@ -26,10 +26,11 @@ use conflux_postbuild_subst::resource::{
     ResourceOutcome, SubstitutionOptions, substitute_resource,
 };
 use conflux_postbuild_subst::vars::{PostBuild, SourceKind, SourceLookup, load_variables};
+use rayon::prelude::*;
 use serde_json::{Value, json};
 
 use crate::Error;
-use crate::kustomize::{Engine, Memo, Object};
+use crate::kustomize::{Engine, Files, Memo, Object};
 use crate::path::{join, normalize};
 
 // Defined with what builds and names objects; still reachable here, where `conflux plan` and
@@ -294,6 +295,36 @@ impl Later {
     }
 }
 
+/// Where each object of a cluster is: (kind, namespace, name) to the index of the last object
+/// with those IDs in [`Cluster::objects`], so a lookup by IDs need not scan them all.
+type Ids = std::collections::HashMap<(String, String, String), usize>;
+
+/// Adds `objects`, which start at index `start` of the cluster's objects, to `ids`.
+fn remember(ids: &mut Ids, objects: &[Object], start: usize) {
+    for (i, o) in objects.iter().enumerate() {
+        let key = (
+            text(&o.object, "/kind").to_owned(),
+            text(&o.object, "/metadata/namespace").to_owned(),
+            text(&o.object, "/metadata/name").to_owned(),
+        );
+        ids.insert(key, start + i);
+    }
+}
+
+/// The objects applied so far, with their [`Ids`].
+struct Known<'a> {
+    objects: &'a [Object],
+    ids: &'a Ids,
+}
+
+impl<'a> Known<'a> {
+    /// The last object applied with these IDs.
+    fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<&'a Object> {
+        let key = (kind.to_owned(), namespace.to_owned(), name.to_owned());
+        self.ids.get(&key).and_then(|&i| self.objects.get(i))
+    }
+}
+
 /// A substituteFrom reference not found when it was looked for: (kind, namespace, name).
 type Missing = (String, String, String);
 
@@ -327,6 +358,8 @@ fn traverse(
         objects: external.to_vec(),
         ..Cluster::default()
     };
+    let mut ids = Ids::new();
+    remember(&mut ids, &cluster.objects, 0);
     let source_root = root.join(&entry.root);
     let root = source_root.as_path();
     let mut seen = BTreeSet::new();
@@ -361,6 +394,7 @@ fn traverse(
                 ks,
                 file,
                 resources,
+                &mut ids,
             ));
             if approximate {
                 let applied = cluster.objects[before..]
@@ -418,6 +452,7 @@ fn reach(
     ks: Value,
     file: Option<String>,
     mut resources: Vec<Object>,
+    ids: &mut Ids,
 ) -> Vec<Missing> {
     let (entry, source) = (context.entry, context.source);
     // Files are reported relative to the repository, also when the source is a sub-directory.
@@ -427,7 +462,11 @@ fn reach(
             (file, _) => file,
         };
     }
-    let sources = post_build(&ks, &resources, &cluster.objects, &context.later.sources);
+    let applied = Known {
+        objects: &cluster.objects,
+        ids,
+    };
+    let sources = post_build(&ks, &resources, &applied, &context.later.sources);
     let substituted = sources.objects;
     let name = object_name(&ks);
     for (source, applier) in sources.later {
@@ -458,7 +497,17 @@ fn reach(
             ),
         });
     }
-    let known: Vec<&Object> = cluster.objects.iter().chain(&substituted).collect();
+    // What source_url and artifact_path look among: the sources and ArtifactGenerators, taken
+    // once rather than scanned for among every object once per child.
+    let known: Vec<&Object> = cluster
+        .objects
+        .iter()
+        .chain(&substituted)
+        .filter(|o| {
+            group(&o.object) == "source.toolkit.fluxcd.io"
+                || text(&o.object, "/kind") == "ArtifactGenerator"
+        })
+        .collect();
     let root_url = source_url(&known, &entry.kustomization);
     for object in &substituted {
         if is_flux_kustomization(&object.object) && object.object != ks {
@@ -490,6 +539,7 @@ fn reach(
             }
         }
     }
+    remember(ids, &substituted, cluster.objects.len());
     cluster.objects.extend(substituted);
     let path = join(&entry.root, &normalize(text(&ks, "/spec/path")));
     cluster.applied.push(Applied {
@@ -512,54 +562,23 @@ fn build_level(
     engine: &Engine,
     memo: &Memo,
 ) -> Vec<Built> {
-    let build = |(ks, file): &(Value, Option<String>)| {
-        build_one(root, prefix, ks, file.as_deref(), engine, memo)
-    };
-    let workers = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(level.len());
-    if workers <= 1 {
-        return level.iter().map(build).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut results: Vec<(usize, Built)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..workers)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = level.get(i) else { break };
-                        done.push((i, build(item)));
-                    }
-                    done
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    results.sort_by_key(|(i, _)| *i);
-    let mut results = results.into_iter().peekable();
-    // A build that panicked has no result: its Kustomization says so rather than vanish.
     level
-        .iter()
-        .enumerate()
-        .map(|(i, (ks, file))| match results.next_if(|(j, _)| *j == i) {
-            Some((_, result)) => result,
-            None => (
-                None,
-                vec![Problem {
+        .par_iter()
+        .map(|(ks, file)| {
+            let build = || build_one(root, prefix, ks, file.as_deref(), engine, memo);
+            // A build that panicked (a bug) has no result: its Kustomization says so rather
+            // than take the whole plan down.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(build)).unwrap_or_else(|_| {
+                let problem = Problem {
                     level: 2,
                     code: "BuildFailed",
                     object: object_name(ks),
                     file: file.clone(),
                     line: None,
                     message: "the build stopped unexpectedly (a bug in conflux plan)".to_owned(),
-                }],
-            ),
+                };
+                (None, vec![problem])
+            })
         })
         .collect()
 }
@@ -787,7 +806,7 @@ struct PostBuilt {
 fn post_build(
     ks: &Value,
     resources: &[Object],
-    known: &[Object],
+    known: &Known<'_>,
     later: &[(Object, String)],
 ) -> PostBuilt {
     let Ok(post_build) = PostBuild::from_kustomization(ks) else {
@@ -812,11 +831,7 @@ fn post_build(
     let mut missing = Vec::new();
     // Where a source is: applied before, by this Kustomization, or further on (and by whom).
     let locate = |kind: &str, namespace: &str, name: &str| {
-        if let Some(found) = known
-            .iter()
-            .rev()
-            .find(|o| matches(o, kind, namespace, name))
-        {
+        if let Some(found) = known.get(kind, namespace, name) {
             return (Some(found), None);
         }
         if let Some(found) = resources.iter().find(|o| matches(o, kind, namespace, name)) {
@@ -882,7 +897,7 @@ fn post_build(
         Ok(vars) => {
             let options = SubstitutionOptions::default();
             resources
-                .iter()
+                .par_iter()
                 .map(|resource| Object {
                     // A failure is the substitution audit's to report (SubstitutionFailed); the
                     // object stays as built.
@@ -929,10 +944,19 @@ pub fn sops_placeholder(secret: &Value) -> Value {
 /// Reads every YAML document below `root` (for entry-point discovery and the flat mode), with
 /// its file relative to `root`. Hidden directories are skipped.
 pub fn read_tree(root: &Path, problems: &mut Vec<Problem>) -> Vec<Object> {
+    read_tree_in(root, problems, &Files::default())
+}
+
+/// [`read_tree`], parsing through `files` (a [`Memo`]'s, so that the builds find them parsed).
+pub fn read_tree_in(root: &Path, problems: &mut Vec<Problem>, files: &Files) -> Vec<Object> {
+    // Files are parsed in parallel, and taken in their sorted order.
+    let read: Vec<_> = yaml_files(root)
+        .par_iter()
+        .map(|path| (relative(root, path), files.read_documents(path)))
+        .collect();
     let mut out = Vec::new();
-    for path in yaml_files(root) {
-        let relative = relative(root, &path);
-        match crate::kustomize::read_documents(&path) {
+    for (relative, documents) in read {
+        match documents {
             Ok(documents) => out.extend(documents.into_iter().map(|object| Object {
                 object,
                 file: Some(relative.clone()),

@@ -48,6 +48,7 @@ use conflux_reloader::consumers::Keys;
 use conflux_watch_index::audit::{config_name, referrer_name};
 use conflux_watch_index::refs::ReferenceSet;
 use conflux_watch_index::selector::Selector;
+use rayon::prelude::*;
 use serde_json::{Value, json};
 
 use crate::fleet;
@@ -379,13 +380,36 @@ fn audit(
     let mut world: Vec<Value> = input.documents.iter().map(|(d, _)| d.clone()).collect();
     let copies = conflux_copy_core::audit::audit(&world, &options);
     world.extend(copies.written.iter().cloned());
-    let watch = conflux_watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
-    let auto_reload_all = args.auto_reload_all;
-    let reload = conflux_reloader::audit::audit(
-        &world,
-        conflux_reloader::opt_in::Options {
-            auto_reload_all,
-            ..Default::default()
+    // Each Kustomization's postBuild, with what it applies and the cluster's ConfigMaps and
+    // Secrets as they would be (copies filled in): the largest part, run in parallel beside the
+    // watch and reload audits.
+    let configs = conflux_postbuild_subst::audit::Configs::new(&world);
+    let ((watch, reload), substitution) = rayon::join(
+        || {
+            let watch = conflux_watch_index::audit::audit(&world, &ReferenceSet::flux(), selector);
+            let reload_options = conflux_reloader::opt_in::Options {
+                auto_reload_all: args.auto_reload_all,
+                ..Default::default()
+            };
+            (
+                watch,
+                conflux_reloader::audit::audit(&world, reload_options),
+            )
+        },
+        || {
+            let audited = applied.par_iter().map(|applied| {
+                let resources: Vec<Document<'_>> = applied
+                    .resources
+                    .iter()
+                    .map(|o| Document {
+                        object: &o.object,
+                        file: o.file.as_deref(),
+                    })
+                    .collect();
+                let ks = &applied.kustomization;
+                conflux_postbuild_subst::audit::audit_kustomization(ks, &resources, &configs)
+            });
+            audited.collect::<Vec<_>>()
         },
     );
 
@@ -428,21 +452,7 @@ fn audit(
         r
     }));
     rows.extend(reload.findings.into_iter().map(|f| row!("reload", f)));
-    // Each Kustomization's postBuild, with what it applies and the cluster's ConfigMaps and
-    // Secrets as they would be (copies filled in).
-    let configs = conflux_postbuild_subst::audit::Configs::new(&world);
-    for applied in applied {
-        let resources: Vec<Document<'_>> = applied
-            .resources
-            .iter()
-            .map(|o| Document {
-                object: &o.object,
-                file: o.file.as_deref(),
-            })
-            .collect();
-        let ks = &applied.kustomization;
-        let findings =
-            conflux_postbuild_subst::audit::audit_kustomization(ks, &resources, &configs);
+    for findings in substitution {
         rows.extend(findings.into_iter().map(|f| row!("substitution", f)));
     }
     rows.extend(extra);

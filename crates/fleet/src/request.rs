@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use conflux_postbuild_subst::json::pointer as json_at;
+use rayon::prelude::*;
 use serde_json::{Value, json};
 
 use crate::fleet::{self, Entry};
@@ -71,7 +72,9 @@ impl Request {
         }
         if let Some(root) = root {
             let mut problems = Vec::new();
-            let documents = fleet::read_tree(root, &mut problems);
+            // The builds read most files again: one memo, whose parsed files they share.
+            let memo = crate::kustomize::Memo::default();
+            let documents = fleet::read_tree_in(root, &mut problems, memo.files());
             let files: Vec<String> = fleet::yaml_files(root)
                 .iter()
                 .map(|f| fleet::relative(root, f))
@@ -105,45 +108,27 @@ impl Request {
             if !entries.is_empty() {
                 let engine = Engine::pick(self.kustomize.as_deref());
                 // Clusters are independent: built in parallel.
-                let memo = crate::kustomize::Memo::default();
-                let built: Vec<fleet::Cluster> = std::thread::scope(|scope| {
-                    let handles: Vec<_> = entries
-                        .iter()
-                        .map(|entry| {
-                            let (engine, external, memo) = (&engine, &external, &memo);
-                            scope.spawn(move || {
-                                fleet::plan_cluster_with(root, entry, engine, external, memo)
-                            })
-                        })
-                        .collect();
-                    handles
-                        .into_iter()
-                        .zip(&entries)
-                        .map(|(handle, entry)| handle.join().unwrap_or_else(|_| stopped(entry)))
-                        .collect()
-                });
+                let built: Vec<fleet::Cluster> = entries
+                    .par_iter()
+                    .map(|entry| {
+                        let plan =
+                            || fleet::plan_cluster_with(root, entry, &engine, &external, &memo);
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(plan))
+                            .unwrap_or_else(|_| stopped(entry))
+                    })
+                    .collect();
                 let own = self.clusters.is_empty();
                 let keep: Vec<bool> = (0..entries.len())
                     .map(|i| !own || !reached_by_another(i, &entries, &built))
                     .collect();
                 // Each cluster's audit is independent too: in parallel, each taking its own.
                 let options = &self.options;
-                let plans = std::thread::scope(|scope| {
-                    let handles: Vec<_> = built
-                        .into_iter()
-                        .zip(keep)
-                        .filter(|(_, keep)| *keep)
-                        .map(|(cluster, _)| scope.spawn(move || plan_cluster(cluster, options)))
-                        .collect();
-                    handles
-                        .into_iter()
-                        .map(|handle| {
-                            handle
-                                .join()
-                                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                        })
-                        .collect()
-                });
+                let plans = built
+                    .into_par_iter()
+                    .zip(keep)
+                    .filter(|(_, keep)| *keep)
+                    .map(|(cluster, _)| plan_cluster(cluster, options))
+                    .collect();
                 return Ok(plans);
             }
         }

@@ -11,19 +11,25 @@ use std::process::Command;
 use serde_json::{Value, json};
 
 use super::{
-    Build, FluxOverlay, KUSTOMIZATION_FILES, Object, flux_kustomization, normalize,
+    Build, Files, FluxOverlay, KUSTOMIZATION_FILES, Object, flux_kustomization, normalize,
     parse_documents, tail,
 };
 use crate::scratch::TempDir;
 use crate::{Error, Result};
 
 /// Runs the real kustomize on the path's own kustomization, edited (see the module docs).
-pub(super) fn build(binary: &Path, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
+pub(super) fn build(
+    files: &Files,
+    binary: &Path,
+    root: &Path,
+    dir: &str,
+    overlay: &FluxOverlay,
+) -> Result<Build> {
     let root = root
         .canonicalize()
         .map_err(|e| Error::io(root.display(), e))?;
     let temp = TempDir::new()?;
-    let (own, mut kustomization) = flux_kustomization(&root, dir, overlay)?;
+    let (own, mut kustomization) = flux_kustomization(files, &root, dir, overlay)?;
     let file_name = own.as_ref().and_then(|f| f.file_name()).map_or_else(
         || KUSTOMIZATION_FILES[0].to_owned(),
         |n| n.to_string_lossy().into_owned(),

@@ -18,7 +18,8 @@ use super::nameref::{self, NameRef, Renamed};
 use super::replace::{self, Candidate};
 use super::scalars::{self, Marks, Read};
 use super::{
-    Build, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge, read_documents,
+    Build, Files, FluxOverlay, Object, flux_kustomization, join, kustomization_file, merge,
+    read_documents,
 };
 use crate::path::relative;
 use crate::problem::Problem;
@@ -62,14 +63,19 @@ struct Item {
     earlier: Vec<(String, String)>,
 }
 
-pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
+pub(super) fn build(files: &Files, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
     let mut build = Build::default();
-    let (own, kustomization) = flux_kustomization(root, dir, overlay)?;
+    let (own, kustomization) = flux_kustomization(files, root, dir, overlay)?;
     let kustomization = Value::Object(kustomization);
     let kfile = own.map(|f| relative(root, &f));
     let mut items = Vec::new();
     let kfile = kfile.as_deref();
-    let here = Here { root, dir, kfile };
+    let here = Here {
+        files,
+        root,
+        dir,
+        kfile,
+    };
     let mut refs = Vec::new();
     accumulate(here, &kustomization, &mut items, &mut refs, &mut build, 0)?;
     finish(&mut items, &refs, &mut build);
@@ -77,10 +83,12 @@ pub(super) fn build(root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Bui
     Ok(build)
 }
 
-fn load_kustomization(root: &Path, dir: &str) -> Result<(String, Value)> {
+fn load_kustomization(files: &Files, root: &Path, dir: &str) -> Result<(String, Value)> {
     let file = kustomization_file(&root.join(dir))
         .ok_or_else(|| Error::Build(format!("no kustomization file in '{dir}'")))?;
-    let documents = read_documents(&file).map_err(|e| super::in_file(&relative(root, &file), e))?;
+    let documents = files
+        .read_documents(&file)
+        .map_err(|e| super::in_file(&relative(root, &file), e))?;
     let kustomization = documents.into_iter().next().unwrap_or_else(|| json!({}));
     Ok((relative(root, &file), kustomization))
 }
@@ -147,7 +155,7 @@ fn accumulate(
         let path = join(dir, &resource);
         let absolute = root.join(&path);
         if absolute.is_dir() {
-            let (file, child) = load_kustomization(root, &path)?;
+            let (file, child) = load_kustomization(here.files, root, &path)?;
             // kustomize refuses a Component listed as a resource.
             if kustomization_kind(&child) == "Component" {
                 return Err(Error::Build(format!(
@@ -156,16 +164,16 @@ fn accumulate(
             }
             let mut sub = Vec::new();
             let here = Here {
-                root,
                 dir: &path,
                 kfile: Some(&file),
+                ..here
             };
             accumulate(here, &child, &mut sub, refs, build, depth + 1)?;
             own.extend(sub);
         } else if absolute.is_file() {
-            let text = std::fs::read_to_string(&absolute).map_err(|e| Error::io(&path, e))?;
-            let (objects, inexact) =
-                super::read_resources(&text).map_err(|e| super::in_file(&path, e))?;
+            let (objects, inexact) = (here.files)
+                .read_resources(&absolute, &path)
+                .map_err(|e| super::in_file(&path, e))?;
             for why in inexact {
                 let message =
                     format!("{path}: {why}; the built-in subset matches the written text");
@@ -205,7 +213,7 @@ fn accumulate(
     generators(here, kustomization, items, build)?;
     for component in strings(kustomization.get("components")) {
         let path = join(dir, &component);
-        let (file, child) = load_kustomization(root, &path)?;
+        let (file, child) = load_kustomization(here.files, root, &path)?;
         let kind = kustomization_kind(&child);
         if kind != "Component" {
             return Err(Error::Build(format!(
@@ -213,9 +221,9 @@ fn accumulate(
             )));
         }
         let here = Here {
-            root,
             dir: &path,
             kfile: Some(&file),
+            ..here
         };
         accumulate(here, &child, items, refs, build, depth + 1)?;
     }
@@ -357,6 +365,7 @@ fn name_of(object: &Value) -> String {
 /// generated one).
 #[derive(Clone, Copy)]
 struct Here<'a> {
+    files: &'a Files,
     root: &'a Path,
     dir: &'a str,
     kfile: Option<&'a str>,
@@ -381,7 +390,9 @@ fn generators(
     items: &mut Vec<Item>,
     build: &mut Build,
 ) -> Result<()> {
-    let Here { root, dir, kfile } = here;
+    let Here {
+        root, dir, kfile, ..
+    } = here;
     let global = kustomization.get("generatorOptions");
     for (field, kind) in [
         ("configMapGenerator", "ConfigMap"),

@@ -19,6 +19,7 @@
 
 mod binary;
 mod builtin;
+mod files;
 mod merge;
 mod nameref;
 mod overlay;
@@ -32,6 +33,8 @@ use serde_json::{Map, Value, json};
 use crate::path::relative;
 use crate::problem::Problem;
 use crate::{Error, Result};
+
+pub use files::Files;
 
 pub use crate::object::Object;
 pub use crate::path::{join, normalize};
@@ -110,8 +113,13 @@ type Marked = (Value, scalars::Marks);
 
 /// [`parse_resources`], each object with its marks.
 fn read_resources(text: &str) -> Result<(Vec<Marked>, Vec<String>)> {
-    let (text, mut documents) = parse_yaml_text(text)?;
-    let rewritten = scalars::rewrite(&text, &mut documents, scalars::Read::Resource)?;
+    let (text, documents) = parse_yaml_text(text)?;
+    resources_of(&text, documents)
+}
+
+/// [`read_resources`] on a file already parsed: its (mended) text and documents.
+fn resources_of(text: &str, mut documents: Vec<Value>) -> Result<(Vec<Marked>, Vec<String>)> {
+    let rewritten = scalars::rewrite(text, &mut documents, scalars::Read::Resource)?;
     let mut objects = Vec::new();
     for (document, marks) in documents.into_iter().zip(rewritten.marks) {
         let mut expanded = Vec::new();
@@ -324,29 +332,42 @@ impl Engine {
     /// When the binary fails to fetch a remote resource (`plan` runs offline), the built-in
     /// subset builds the local part and says so (`RemoteResourceUnavailable`).
     pub fn build(&self, root: &Path, dir: &str, overlay: &FluxOverlay) -> Result<Build> {
+        self.build_in(&Files::default(), root, dir, overlay)
+    }
+
+    /// [`Engine::build`], reading files through `files`.
+    pub fn build_in(
+        &self,
+        files: &Files,
+        root: &Path,
+        dir: &str,
+        overlay: &FluxOverlay,
+    ) -> Result<Build> {
         match self {
-            Engine::Auto(binary) => match builtin::build(root, dir, overlay) {
+            Engine::Auto(binary) => match builtin::build(files, root, dir, overlay) {
                 Ok(build) if build.problems.is_empty() => Ok(build),
                 // Anything the subset cannot do exactly goes to the binary.
-                Ok(_) => Engine::Binary(binary.clone()).build(root, dir, overlay),
+                Ok(_) => Engine::Binary(binary.clone()).build_in(files, root, dir, overlay),
                 // So does every failure, for kustomize's own words; where kustomize fails too,
                 // the file (and line) the subset found at fault goes with them: kustomize's
                 // message names no file.
-                Err(ours) => match Engine::Binary(binary.clone()).build(root, dir, overlay) {
-                    Err(theirs) => Err(match ours {
-                        Error::InFile { file, line, .. } => Error::InFile {
-                            file,
-                            line,
-                            source: Box::new(theirs),
-                        },
-                        _ => theirs,
-                    }),
-                    built => built,
-                },
+                Err(ours) => {
+                    match Engine::Binary(binary.clone()).build_in(files, root, dir, overlay) {
+                        Err(theirs) => Err(match ours {
+                            Error::InFile { file, line, .. } => Error::InFile {
+                                file,
+                                line,
+                                source: Box::new(theirs),
+                            },
+                            _ => theirs,
+                        }),
+                        built => built,
+                    }
+                }
             },
-            Engine::Binary(binary) => match binary::build(binary, root, dir, overlay) {
+            Engine::Binary(binary) => match binary::build(files, binary, root, dir, overlay) {
                 Err(Error::Kustomize(err)) if binary::is_remote_failure(&err) => {
-                    let mut build = builtin::build(root, dir, overlay)?;
+                    let mut build = builtin::build(files, root, dir, overlay)?;
                     build.problems.push(Problem {
                         level: 1,
                         code: "RemoteResourceUnavailable",
@@ -361,7 +382,7 @@ impl Engine {
                 }
                 other => other,
             },
-            Engine::BuiltIn => builtin::build(root, dir, overlay),
+            Engine::BuiltIn => builtin::build(files, root, dir, overlay),
         }
     }
 }
@@ -371,13 +392,15 @@ impl Engine {
 /// sub-kustomization of the directory), edited in place with the Flux Kustomization's fields
 /// ([`FluxOverlay`]).
 pub(crate) fn flux_kustomization(
+    files: &Files,
     root: &Path,
     dir: &str,
     overlay: &FluxOverlay,
 ) -> Result<(Option<PathBuf>, Map<String, Value>)> {
     let own = kustomization_file(&root.join(dir));
     let mut kustomization = match &own {
-        Some(file) => match read_documents(file)
+        Some(file) => match files
+            .read_documents(file)
             .map_err(|e| in_file(&relative(root, file), e))?
             .into_iter()
             .next()
@@ -410,9 +433,15 @@ pub(crate) fn flux_kustomization(
 #[derive(Debug, Default)]
 pub struct Memo {
     builds: std::sync::Mutex<std::collections::HashMap<String, Build>>,
+    files: Files,
 }
 
 impl Memo {
+    /// The files read so far, parsed: what [`Memo::build`] reads goes through them.
+    pub fn files(&self) -> &Files {
+        &self.files
+    }
+
     /// [`Engine::build`], or the same build made before.
     pub fn build(
         &self,
@@ -432,7 +461,7 @@ impl Memo {
             return Ok(build);
         }
         // Failures are not kept: they are rare and cheap to meet again.
-        let build = engine.build(root, dir, overlay)?;
+        let build = engine.build_in(&self.files, root, dir, overlay)?;
         self.builds
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
