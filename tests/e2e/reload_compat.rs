@@ -104,7 +104,7 @@ async fn ignore_removed_together_with_a_change_rolls() {
     )
     .await;
     assert_eq!(replica_sets(&client, &ns, "web").await, 2);
-    assert_eq!(conflux.rollouts(), 1);
+    conflux.assert_rollouts(1).await;
 }
 
 /// The second flip case (Reloader's `search_match_test.go`): `match` is added to a
@@ -149,7 +149,7 @@ async fn match_added_together_with_a_change_rolls() {
     .await;
     wait_reloaded_from(&client, &ns, "web", None).await;
     wait_replica_sets(&client, &ns, "web", 2).await;
-    assert_eq!(conflux.rollouts(), 1);
+    conflux.assert_rollouts(1).await;
 }
 
 /// Reloader v1.4 parses `auto` with Go's `strconv.ParseBool` (`auto_reload_test.go` uses
@@ -183,7 +183,7 @@ async fn auto_takes_reloaders_boolean_forms() {
         wait_reloaded_from(&client, &ns, name, None).await;
         wait_replica_sets(&client, &ns, name, 2).await;
     }
-    assert_eq!(conflux.rollouts(), 3);
+    conflux.assert_rollouts(3).await;
     // No annotation problem is reported for these forms.
     for (name, _) in forms {
         assert!(
@@ -250,7 +250,8 @@ async fn named_configs_created_and_deleted_follow_the_flags() {
                 assert_eq!(replica_sets(&client, &ns, "web").await, 1, "{what}");
             }
         }
-        assert_eq!(conflux.rollouts(), if on { 4 } else { 0 }, "{label}");
+        eprintln!("{label}: rollouts");
+        conflux.assert_rollouts(if on { 4 } else { 0 }).await;
     }
 }
 
@@ -288,7 +289,7 @@ async fn resources_to_ignore_secrets() {
     apply_cm(&client, &ns, "cfg", json!({"k": "2"}), json!({})).await;
     let source = wait_reloaded_from(&client, &ns, "web", None).await;
     assert_eq!(source["type"], "CONFIGMAP");
-    assert_eq!(conflux.rollouts(), 1);
+    conflux.assert_rollouts(1).await;
 }
 
 /// `flags/ignored_workloads_test.go`: with `--ignored-workload-types=cronjobs`, a CronJob is not
@@ -339,7 +340,7 @@ async fn ignored_workload_types_cronjobs() {
             .all(|k| !k.starts_with("conflux.dev/")),
         "the CronJob is never touched"
     );
-    assert_eq!(conflux.rollouts(), 1);
+    conflux.assert_rollouts(1).await;
 }
 
 /// `flags/namespace_selector_test.go` and `flags/namespace_ignore_test.go`: a cluster-wide
@@ -401,7 +402,7 @@ async fn namespace_selector_and_namespaces_to_ignore() {
     .await;
     apply_cm(&client, &other, "cfg", json!({"k": "3"}), json!({})).await;
     wait_reloaded_from(&client, &other, "web", None).await;
-    assert_eq!(conflux.rollouts(), 2);
+    conflux.assert_rollouts(2).await;
 }
 
 /// `flags/resource_selector_test.go`: with `--resource-label-selector=reload=true`, a labelled
@@ -476,7 +477,7 @@ async fn resource_label_selector() {
     )
     .await;
     wait_reloaded_from(&client, &ns, "b", None).await;
-    assert_eq!(conflux.rollouts(), 2);
+    conflux.assert_rollouts(2).await;
 }
 
 /// `--reload-strategy=env-vars` (Reloader's default strategy; `core/reference_methods_test.go`
@@ -533,7 +534,7 @@ async fn env_vars_strategy() {
     )
     .await;
     wait_replica_sets(&client, &ns, "web", 3).await;
-    assert_eq!(conflux.rollouts(), 2);
+    conflux.assert_rollouts(2).await;
 }
 
 /// `annotations/pause_period_test.go`: a Deployment with `pause-period` is paused after a reload
@@ -646,5 +647,5 @@ async fn per_workload_debounce() {
     })
     .await;
     assert_eq!(replica_sets(&client, &ns, "slow").await, 2);
-    assert_eq!(conflux.rollouts(), 3);
+    conflux.assert_rollouts(3).await;
 }

@@ -54,6 +54,18 @@ impl Running {
             .get()
     }
 
+    /// Asserts that exactly `n` Deployment rollouts succeeded. The test sees a rollout's write
+    /// in the API server a moment before the controller counts it (it counts on the PATCH's
+    /// answer), so the count is awaited up to `n` first; a count above `n` still fails.
+    pub async fn assert_rollouts(&self, n: u64) {
+        let what = format!("{n} rollouts counted");
+        eventually(&what, Duration::from_secs(10), || async {
+            (self.rollouts() >= n).then_some(())
+        })
+        .await;
+        assert_eq!(self.rollouts(), n);
+    }
+
     /// Evaluations that ended with `action` so far.
     pub fn decisions(&self, action: &str) -> u64 {
         self.metrics
