@@ -21,7 +21,8 @@ if [ $# -eq 0 ]; then
   # it too (a no-op when fresh); building it here keeps the release build out of a test's time.
   bash hack/image.sh build
   echo "test.sh: image built ($(( $(date +%s) - start ))s)"
-  set -- --workspace
+  # Every test binary runs even after one fails, so a run reports all its failures at once.
+  set -- --workspace --no-fail-fast
 fi
 cargo test "$@" 2>&1
 echo "test.sh: all tests finished in $(( $(date +%s) - start ))s"
