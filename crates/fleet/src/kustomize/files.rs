@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::Value;
 
-use super::{Marked, parse_yaml_text, push};
+use super::{Marked, parse_yaml_text};
 use crate::{Error, Result};
 
 /// A file as [`parse_yaml_text`] read it: the text (mended where go-yaml reads an alias
@@ -50,11 +50,7 @@ impl Files {
     /// [`super::read_documents`], through the cache.
     pub fn read_documents(&self, path: &Path) -> Result<Vec<Value>> {
         let parsed = self.parsed(path, &path.display().to_string())?;
-        let mut out = Vec::new();
-        for document in parsed.documents.iter().cloned() {
-            push(document, &mut out);
-        }
-        Ok(out)
+        Ok(super::expanded(parsed.documents.iter().cloned()))
     }
 
     /// [`super::read_resources`] of the file at `path` (I/O errors name it as `shown`), through

@@ -78,11 +78,16 @@ pub fn read_documents(path: &Path) -> Result<Vec<Value>> {
 
 /// [`read_documents`] on text.
 pub fn parse_documents(text: &str) -> Result<Vec<Value>> {
+    Ok(expanded(parse_yaml(text)?))
+}
+
+/// The objects of parsed documents: `List` kinds expanded, non-objects dropped.
+fn expanded(documents: impl IntoIterator<Item = Value>) -> Vec<Value> {
     let mut out = Vec::new();
-    for document in parse_yaml(text)? {
+    for document in documents {
         push(document, &mut out);
     }
-    Ok(out)
+    out
 }
 
 /// The objects of a resource file as kustomize writes them, and what the built-in subset cannot
