@@ -36,6 +36,7 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::Slot;
 
@@ -1155,6 +1156,9 @@ pub struct Options {
     pub settle: Duration,
     /// Seed of the random choices.
     pub seed: u64,
+    /// How many earlier runs may still be in their quiet period while the next one runs (0: one
+    /// run at a time). See [`isolate`].
+    pub overlap: usize,
 }
 
 impl Options {
@@ -1184,6 +1188,7 @@ impl Options {
             },
             settle: Duration::from_secs(num("PEERS_LOADTEST_SETTLE_SECS", 120)),
             seed: num("PEERS_LOADTEST_SEED", 20_260_807),
+            overlap: num("PEERS_LOADTEST_OVERLAP", 0) as usize,
         }
     }
 }
@@ -1248,23 +1253,128 @@ fn safe(name: &str) -> String {
 }
 
 async fn measure(
-    scenario: &Scenario,
-    contender: &Contender,
-    name: &str,
-    options: &Options,
+    scenario: &'static Scenario,
+    contender: Contender,
+    name: String,
+    options: Options,
+    active: OwnedSemaphorePermit,
 ) -> anyhow::Result<Row> {
-    let dir = crate::target_dir("peers/loadtest").join(format!("{}-{}", scenario.id, safe(name)));
+    let dir = crate::target_dir("peers/loadtest").join(format!("{}-{}", scenario.id, safe(&name)));
     let cluster = {
         let cluster_dir = dir.join("cluster");
         tokio::task::spawn_blocking(move || conflux_tests::fresh_cluster(&cluster_dir))
             .await?
             .map_err(|e| anyhow::anyhow!(e))?
     };
-    let result = measure_on(&cluster, &dir, scenario, contender, name, options).await;
+    let result = async {
+        // Reloader binds a fixed port, so with runs overlapping it gets a network of its own.
+        let (contender, isolated) = if options.overlap > 0 && name.starts_with("Reloader") {
+            let (wrapped, isolated) = isolate(&contender, &cluster, &dir)?;
+            (wrapped, Some(isolated))
+        } else {
+            (contender, None)
+        };
+        let row = measure_on(
+            &cluster, &dir, scenario, &contender, &name, &options, active,
+        )
+        .await;
+        drop(isolated);
+        row
+    }
+    .await;
     cluster.down();
     // The cluster's logs stay; its etcd data goes.
     let _ = std::fs::remove_dir_all(cluster.dir().join("etcd-data"));
     result
+}
+
+/// A contender in a network namespace of its own, reaching the API server through a Unix socket.
+///
+/// Reloader serves its metrics on a fixed `:9090` (no flag) and exits when the port is taken, so
+/// when runs overlap (`PEERS_LOADTEST_OVERLAP`, one run's quiet period beside the next runs) two
+/// Reloaders could not run at once. Inside `unshare -n` only loopback exists: `socat` there listens
+/// on the API server's loopback port and forwards to a Unix socket in the run's directory, where a
+/// second `socat` outside forwards to the API server. TLS and the token pass through untouched, so
+/// the audit log counts the same requests; the process is still the contender's own (`unshare` and
+/// `sh` exec it), so its RSS and CPU are read as before.
+struct Isolated {
+    forwarder: std::process::Child,
+    socket: PathBuf,
+}
+
+/// Run inside the new network namespace: loopback up, the forwarder listening, then the contender.
+const INSIDE: &str = r#"sock=$1; port=$2; shift 2
+ip link set lo up || exit 1
+socat TCP-LISTEN:"$port",bind=127.0.0.1,fork,reuseaddr UNIX-CONNECT:"$sock" &
+i=0
+until socat -u /dev/null TCP:127.0.0.1:"$port" 2>/dev/null; do
+  i=$((i+1)); [ "$i" -gt 200 ] && { echo "isolate: no forwarder on $port" >&2; exit 1; }
+  sleep 0.05
+done
+exec "$@""#;
+
+fn isolate(
+    contender: &Contender,
+    cluster: &conflux_tests::Cluster,
+    dir: &std::path::Path,
+) -> anyhow::Result<(Contender, Isolated)> {
+    let kubeconfig = std::fs::read_to_string(cluster.kubeconfig())?;
+    let port: u16 = kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: https://127.0.0.1:"))
+        .and_then(|p| p.trim().parse().ok())
+        .context("no loopback API server port in the cluster's kubeconfig")?;
+    let socket = dir.join("api.sock");
+    let _ = std::fs::remove_file(&socket);
+    let forwarder = std::process::Command::new("socat")
+        .arg(format!("UNIX-LISTEN:{},fork", socket.display()))
+        .arg(format!("TCP:127.0.0.1:{port}"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting socat (PEERS_LOADTEST_OVERLAP needs socat and unshare)")?;
+    conflux_tests::reap_with_this_process(forwarder.id());
+    let isolated = Isolated {
+        forwarder,
+        socket: socket.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "socat made no {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut args: Vec<String> = ["-n", "--", "sh", "-c", INSIDE, "sh"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    args.push(socket.display().to_string());
+    args.push(port.to_string());
+    args.push(contender.program.display().to_string());
+    args.extend(contender.args.iter().cloned());
+    let wrapped = Contender {
+        program: "unshare".into(),
+        args,
+        ..contender.clone()
+    };
+    Ok((wrapped, isolated))
+}
+
+impl Drop for Isolated {
+    fn drop(&mut self) {
+        let _ = self.forwarder.kill();
+        let _ = self.forwarder.wait();
+        // The forwarder inside outlives the contender it was started beside.
+        let _ = std::process::Command::new("pkill")
+            .arg("-f")
+            .arg(format!("UNIX-CONNECT:{}", self.socket.display()))
+            .status();
+        let _ = std::fs::remove_file(&self.socket);
+    }
 }
 
 async fn measure_on(
@@ -1274,6 +1384,7 @@ async fn measure_on(
     contender: &Contender,
     name: &str,
     options: &Options,
+    active: OwnedSemaphorePermit,
 ) -> anyhow::Result<Row> {
     let client = cluster.client().await;
     let setup = scenario.objects.build();
@@ -1393,6 +1504,8 @@ async fn measure_on(
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     let changes = audit.take();
+    // The next run may start now: this one only waits and counts.
+    drop(active);
     tokio::time::sleep(options.quiet).await;
     running.check_alive()?;
     let quiet = audit.take();
@@ -1478,43 +1591,67 @@ fn row_line(row: &Row) -> String {
     )
 }
 
-/// Runs the selected scenarios; prints each one's table when it ends and appends it to
+/// One line of a scenario's table: ready, or a run still going.
+enum Line {
+    Text(String),
+    Run(
+        String,
+        tokio::task::JoinHandle<(anyhow::Result<Row>, Duration)>,
+    ),
+}
+
+impl Line {
+    fn is_finished(&self) -> bool {
+        match self {
+            Line::Text(_) => true,
+            Line::Run(_, handle) => handle.is_finished(),
+        }
+    }
+}
+
+/// Runs the selected scenarios; prints each one's table when its runs end and appends it to
 /// `target/peers/loadtest.md`.
+///
+/// Runs change one at a time. With `PEERS_LOADTEST_OVERLAP=N`, up to N earlier runs may still be
+/// in their quiet period (their contender running and counted, their cluster up) while the next
+/// one runs, so a 5-minute quiet period costs the whole run minutes instead of hours.
 pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> anyhow::Result<()> {
     let options = Options::from_env(settings.quiet);
     let out: PathBuf = crate::target_dir("peers").join("loadtest.md");
     let mut doc = vec![format!(
-        "Reloader's load test (S1–S13) on {}: duration {} s, quiet {} s, coalescing window {} ms, seed {}",
+        "Reloader's load test (S1–S13) on {}: duration {} s, quiet {} s, coalescing window {} ms, seed {}, overlap {}",
         crate::world::machine(),
         options.duration.as_secs(),
         options.quiet.as_secs(),
         options.coalescing.window.as_millis(),
-        options.seed
+        options.seed,
+        options.overlap,
     )];
+    let active = Arc::new(Semaphore::new(1));
+    let in_flight = Arc::new(Semaphore::new(1 + options.overlap));
+    let mut pending: std::collections::VecDeque<(&'static Scenario, Vec<Line>)> =
+        Default::default();
     for id in &options.scenarios {
         let Some(scenario) = SCENARIOS.iter().find(|s| s.id == id.as_str()) else {
             anyhow::bail!("unknown loadtest scenario {id} (S1 … S13)");
         };
-        let span = scenario.span.of(options.duration);
-        let mut table = vec![
-            format!("#### {} {} ({} s of changes)", scenario.id, scenario.title, span.as_secs()),
-            String::new(),
-            format!("Reloader's {}: {}.", scenario.id, scenario.reloader),
-            String::new(),
-            "| contender | final values reached | rollouts | settled states | leading-edge bound | Reloader's expected reloads | data changes | requests (start-up · changes · quiet) | peak RSS MiB | CPU s | change → rollout p50 / p99 ms | change → template p50 / p99 ms |".into(),
-            "|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
-        ];
+        let mut lines = Vec::new();
         for slot in contenders(peers, scenario) {
             if !settings.includes(&slot.name) {
                 continue;
             }
-            let contender = match &slot.contender {
+            let contender = match slot.contender {
                 Ok(c) => c,
                 Err(why) => {
-                    table.push(format!("| {} | not run: {why} ||||||||||", slot.name));
+                    lines.push(Line::Text(format!(
+                        "| {} | not run: {why} ||||||||||",
+                        slot.name
+                    )));
                     continue;
                 }
             };
+            let slot_permit = in_flight.clone().acquire_owned().await?;
+            let active_permit = active.clone().acquire_owned().await?;
             println!(
                 "peers: loadtest {} {}: {} (load average {})",
                 scenario.id,
@@ -1524,52 +1661,104 @@ pub async fn run(peers: &crate::world::Peers, settings: &crate::Settings) -> any
                     .unwrap_or_default()
                     .trim()
             );
-            let started = Instant::now();
-            match measure(scenario, contender, &slot.name, &options).await {
-                Ok(row) => {
-                    let line = row_line(&row);
-                    println!(
-                        "peers: loadtest {}: {line} ({:.0} s)",
-                        scenario.id,
-                        started.elapsed().as_secs_f64()
-                    );
-                    for (phase, r) in ["start-up", "changes", "quiet"].iter().zip(&row.requests) {
-                        println!(
-                            "peers: loadtest {} {} requests {phase}: {}",
-                            scenario.id,
-                            row.name,
-                            audit::summary(r)
-                        );
-                    }
-                    println!(
-                        "peers: loadtest {} {}: {} workloads over their settled states, {} over the leading-edge bound, {} changes never rolled",
-                        scenario.id,
-                        row.name,
-                        row.verdict.workloads_over,
-                        row.verdict.workloads_over_bound,
-                        row.verdict.never_rolled
-                    );
-                    table.push(line);
-                }
-                Err(err) => {
-                    println!(
-                        "peers: loadtest {} {}: failed: {err:#}",
-                        scenario.id, slot.name
-                    );
-                    table.push(format!("| {} | failed: {err:#} |||||||||||", slot.name));
+            let (name, run_options) = (slot.name.clone(), options.clone());
+            let handle = tokio::spawn(async move {
+                let started = Instant::now();
+                let row = measure(scenario, contender, name, run_options, active_permit).await;
+                drop(slot_permit);
+                (row, started.elapsed())
+            });
+            lines.push(Line::Run(slot.name, handle));
+            while pending
+                .front()
+                .is_some_and(|(_, lines)| lines.iter().all(Line::is_finished))
+            {
+                if let Some((done, lines)) = pending.pop_front() {
+                    finish(done, lines, &options, &mut doc, &out).await?;
                 }
             }
         }
-        println!();
-        for line in &table {
-            println!("{line}");
-        }
-        println!();
-        doc.push(String::new());
-        doc.extend(table);
-        std::fs::write(&out, doc.join("\n") + "\n")
-            .with_context(|| format!("writing {}", out.display()))?;
+        pending.push_back((scenario, lines));
+    }
+    while let Some((scenario, lines)) = pending.pop_front() {
+        finish(scenario, lines, &options, &mut doc, &out).await?;
     }
     println!("peers: loadtest tables in {}", out.display());
+    Ok(())
+}
+
+/// Waits for a scenario's runs, prints its table and writes it to `out` with those before it.
+async fn finish(
+    scenario: &Scenario,
+    lines: Vec<Line>,
+    options: &Options,
+    doc: &mut Vec<String>,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    let span = scenario.span.of(options.duration);
+    let mut table = vec![
+        format!("#### {} {} ({} s of changes)", scenario.id, scenario.title, span.as_secs()),
+        String::new(),
+        format!("Reloader's {}: {}.", scenario.id, scenario.reloader),
+        String::new(),
+        "| contender | final values reached | rollouts | settled states | leading-edge bound | Reloader's expected reloads | data changes | requests (start-up · changes · quiet) | peak RSS MiB | CPU s | change → rollout p50 / p99 ms | change → template p50 / p99 ms |".into(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
+    ];
+    for line in lines {
+        let (name, handle) = match line {
+            Line::Text(text) => {
+                table.push(text);
+                continue;
+            }
+            Line::Run(name, handle) => (name, handle),
+        };
+        let (result, took) = match handle.await {
+            Ok(done) => done,
+            Err(err) => (
+                Err(anyhow::anyhow!("the run's task failed: {err}")),
+                Duration::ZERO,
+            ),
+        };
+        match result {
+            Ok(row) => {
+                let line = row_line(&row);
+                println!(
+                    "peers: loadtest {}: {line} ({:.0} s)",
+                    scenario.id,
+                    took.as_secs_f64()
+                );
+                for (phase, r) in ["start-up", "changes", "quiet"].iter().zip(&row.requests) {
+                    println!(
+                        "peers: loadtest {} {} requests {phase}: {}",
+                        scenario.id,
+                        row.name,
+                        audit::summary(r)
+                    );
+                }
+                println!(
+                    "peers: loadtest {} {}: {} workloads over their settled states, {} over the leading-edge bound, {} changes never rolled",
+                    scenario.id,
+                    row.name,
+                    row.verdict.workloads_over,
+                    row.verdict.workloads_over_bound,
+                    row.verdict.never_rolled
+                );
+                table.push(line);
+            }
+            Err(err) => {
+                println!("peers: loadtest {} {name}: failed: {err:#}", scenario.id);
+                table.push(format!("| {name} | failed: {err:#} |||||||||||"));
+            }
+        }
+    }
+    println!();
+    for line in &table {
+        println!("{line}");
+    }
+    println!();
+    doc.push(String::new());
+    doc.extend(table);
+    std::fs::write(out, doc.join("\n") + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }

@@ -35,7 +35,10 @@
 //! The loadtest's: `PEERS_LOADTEST` (scenario ids, `S1,S4,...`, default all),
 //! `PEERS_LOADTEST_DURATION_SECS` (60, Reloader's `--duration`), `PEERS_LOADTEST_WINDOW_MS` (2000,
 //! the ideal reloader's coalescing window), `PEERS_LOADTEST_WINDOW_MAX_SECS` (300),
-//! `PEERS_LOADTEST_SETTLE_SECS` (120), `PEERS_LOADTEST_SEED`.
+//! `PEERS_LOADTEST_SETTLE_SECS` (120), `PEERS_LOADTEST_SEED`, `PEERS_LOADTEST_OVERLAP` (0: one run
+//! at a time; N: up to N earlier runs stay in their quiet period, cluster and contender running,
+//! while the next one runs, and Reloader then runs in a network namespace of its own, because it
+//! binds a fixed port: this needs root, `unshare` and `socat`).
 
 mod loadtest;
 mod scenarios;
