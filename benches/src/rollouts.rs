@@ -189,20 +189,12 @@ pub fn judge(
             .collect();
         let mut times: Vec<Duration> = changes.iter().map(|w| w.at).collect();
         times.sort();
-        let all_runs = ideal_runs(&times, coalescing, workload.pause);
-        let before_deletion = |at: &Duration| workload.deleted_at.is_none_or(|gone| *at < gone);
-        let runs: Vec<(Duration, usize)> = all_runs
-            .iter()
-            .filter(|(at, _)| before_deletion(at))
-            .copied()
+        let runs: Vec<(Duration, usize)> = ideal_runs(&times, coalescing, workload.pause)
+            .into_iter()
+            .filter(|(at, _)| workload.deleted_at.is_none_or(|gone| *at < gone))
             .collect();
         let settled = runs.len() as u64;
-        // The leading edge rolls a run's first change at once, even when the workload is deleted
-        // before that run's trailing rollout would come; only the trailing one is then owed none.
-        let bound: u64 = all_runs
-            .iter()
-            .map(|(at, n)| if *n > 1 && before_deletion(at) { 2 } else { 1 })
-            .sum();
+        let bound: u64 = runs.iter().map(|(_, n)| if *n > 1 { 2 } else { 1 }).sum();
         verdict.settled += settled;
         verdict.bound += bound;
         if made.len() as u64 > settled {
