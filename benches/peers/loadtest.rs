@@ -1269,7 +1269,7 @@ async fn measure(
     let result = async {
         // Reloader binds a fixed port, so with runs overlapping it gets a network of its own.
         let (contender, isolated) = if options.overlap > 0 && name.starts_with("Reloader") {
-            let (wrapped, isolated) = isolate(&contender, &cluster, &dir)?;
+            let (wrapped, isolated) = isolate(&contender, &cluster, &dir).await?;
             (wrapped, Some(isolated))
         } else {
             (contender, None)
@@ -1313,7 +1313,7 @@ until socat -u /dev/null TCP:127.0.0.1:"$port" 2>/dev/null; do
 done
 exec "$@""#;
 
-fn isolate(
+async fn isolate(
     contender: &Contender,
     cluster: &conflux_tests::Cluster,
     dir: &std::path::Path,
@@ -1346,7 +1346,7 @@ fn isolate(
             "socat made no {}",
             socket.display()
         );
-        std::thread::sleep(Duration::from_millis(20));
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let mut args: Vec<String> = ["-n", "--", "sh", "-c", INSIDE, "sh"]
         .iter()
