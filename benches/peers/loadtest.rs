@@ -719,6 +719,9 @@ struct Record {
     rollouts: Mutex<Vec<Seen>>,
     /// Pod template changes of the workloads (their creation first).
     templates: Mutex<Vec<Seen>>,
+    /// The resourceVersion of each workload's deletion, from the watch's `DELETED` event: a
+    /// Deployment's DELETE is answered with a `Status`, which carries none.
+    deletions: Mutex<HashMap<(Kind, String, String), u64>>,
     counter: AtomicU64,
 }
 
@@ -751,6 +754,7 @@ impl Record {
             workloads: Mutex::default(),
             rollouts: Mutex::default(),
             templates: Mutex::default(),
+            deletions: Mutex::default(),
             counter: AtomicU64::new(0),
         }
     }
@@ -793,6 +797,7 @@ impl Record {
                 })
                 .collect()
         };
+        let deletions = lock(&self.deletions).clone();
         let reads = workloads
             .iter()
             .map(|w| rollouts::Workload {
@@ -804,7 +809,15 @@ impl Record {
                     .filter_map(|c| self.configs.iter().position(|x| x == c))
                     .collect(),
                 created_rv: w.created_rv,
-                deleted_rv: w.deleted_rv,
+                // The watch's revision; else the DELETE's answer; else (never seen) every later
+                // write counts as the deleted workload's.
+                deleted_rv: w.deleted_at.map(|_| {
+                    deletions
+                        .get(&(w.spec.kind, w.spec.ns.clone(), w.spec.name.clone()))
+                        .copied()
+                        .or(w.deleted_rv)
+                        .unwrap_or(u64::MAX)
+                }),
                 deleted_at: w.deleted_at.map(|at| at.saturating_duration_since(self.t0)),
                 pause: w.spec.pause,
             })
@@ -956,6 +969,15 @@ where
                         at: Instant::now(),
                         rv: rv_of(&object),
                     });
+                }
+                // A DELETED event's object carries the deletion's revision.
+                Ok(watcher::Event::Delete(object)) => {
+                    let key = (
+                        kind,
+                        object.meta().namespace.clone().unwrap_or_default(),
+                        object.meta().name.clone().unwrap_or_default(),
+                    );
+                    lock(&record.deletions).insert(key, rv_of(&object));
                 }
                 _ => {}
             }
@@ -1122,15 +1144,13 @@ async fn run_loop(
                 if created > keep {
                     let name = format!("churn-deploy-{}", created - keep);
                     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
-                    if let Ok(gone) = api.delete(&name, &DeleteParams::default()).await {
-                        let rv = gone.left().map_or(u64::MAX, |d| rv_of(&d));
-                        if let Some(w) = lock(&record.workloads)
+                    if let Ok(gone) = api.delete(&name, &DeleteParams::default()).await
+                        && let Some(w) = lock(&record.workloads)
                             .iter_mut()
                             .find(|w| w.spec.name == name)
-                        {
-                            w.deleted_rv = Some(rv);
-                            w.deleted_at = Some(Instant::now());
-                        }
+                    {
+                        w.deleted_rv = gone.left().map(|d| rv_of(&d));
+                        w.deleted_at = Some(Instant::now());
                     }
                 }
             }

@@ -57,7 +57,8 @@ pub struct Workload {
     /// The resourceVersion of its creation: writes before it are not its changes.
     pub created_rv: u64,
     /// The resourceVersion of its deletion, when it was deleted during the measurement: it is
-    /// then left out of the final values, and writes after it are not its changes.
+    /// then left out of the final values, and writes after it are not its changes. A DELETE
+    /// answered with a `Status` carries none: take it from the watch's `DELETED` event.
     pub deleted_rv: Option<u64>,
     /// When it was deleted: a settled change whose rollout would come later needs none.
     pub deleted_at: Option<Duration>,
@@ -189,12 +190,19 @@ pub fn judge(
             .collect();
         let mut times: Vec<Duration> = changes.iter().map(|w| w.at).collect();
         times.sort();
-        let runs: Vec<(Duration, usize)> = ideal_runs(&times, coalescing, workload.pause)
-            .into_iter()
-            .filter(|(at, _)| workload.deleted_at.is_none_or(|gone| *at < gone))
-            .collect();
-        let settled = runs.len() as u64;
-        let bound: u64 = runs.iter().map(|(_, n)| if *n > 1 { 2 } else { 1 }).sum();
+        let all_runs = ideal_runs(&times, coalescing, workload.pause);
+        let before_deletion = |at: &Duration| workload.deleted_at.is_none_or(|gone| *at < gone);
+        let settled = all_runs
+            .iter()
+            .filter(|(at, _)| before_deletion(at))
+            .count() as u64;
+        // Every run here began before the deletion (its changes are), so a leading edge rolls its
+        // first change at once; only a trailing rollout that would follow the deletion is owed
+        // none.
+        let bound: u64 = all_runs
+            .iter()
+            .map(|(at, n)| if *n > 1 && before_deletion(at) { 2 } else { 1 })
+            .sum();
         verdict.settled += settled;
         verdict.bound += bound;
         if made.len() as u64 > settled {
@@ -364,6 +372,32 @@ mod tests {
         ];
         let v = judge(&[gone], &writes, &[rollout(0, 0.5, 11)], &[], TWO);
         assert_eq!((v.settled, v.rollouts, v.final_of), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_deleted_workload_owes_a_leading_edge_for_changes_before_its_deletion_only() {
+        let mut gone = reads(&[0], 10);
+        gone.deleted_rv = Some(50);
+        gone.deleted_at = Some(s(4.0));
+        let writes = [
+            write(0, 0.0, 1, WriteKind::Create),
+            // Its life: a lone change settled (rolls at 2.5 s), then one whose trailing rollout
+            // (at 5.5 s) would follow the deletion: a leading edge still rolls it at 3.5 s.
+            write(0, 0.5, 20, WriteKind::Data),
+            write(0, 3.5, 40, WriteKind::Data),
+            // After the deletion: not its changes, however many.
+            write(0, 4.5, 60, WriteKind::Data),
+            write(0, 7.0, 70, WriteKind::Data),
+            write(0, 9.5, 80, WriteKind::Data),
+        ];
+        let rollouts = [
+            rollout(0, 0.1, 11),
+            rollout(0, 0.6, 21),
+            rollout(0, 3.6, 41),
+        ];
+        let v = judge(&[gone], &writes, &rollouts, &[], TWO);
+        assert_eq!((v.rollouts, v.settled, v.bound), (2, 1, 2));
+        assert_eq!((v.workloads_over, v.workloads_over_bound), (1, 0));
     }
 
     #[test]
