@@ -467,6 +467,93 @@ pub(crate) fn to_hex(bytes: &[u8]) -> String {
     hex
 }
 
+/// Config hashes by the `resourceVersion` they were read at, so a config read for one workload is
+/// not read again for another while it keeps that version: a fan-out that the rollout rate limit
+/// spreads over seconds, or several workloads of one namespace reading one config at different
+/// times. A [`ConfigHash`] is a function of the consumption's kind, name and keys and of the data,
+/// and the data of one version never changes, so a hit is exact. It holds digests, no data.
+///
+/// Bounded: one version per config (a newer one replaces it), and at most `capacity` configs;
+/// past that it starts empty again (a miss costs one read, as without the cache).
+#[derive(Debug, Clone)]
+pub struct HashCache {
+    entries: std::collections::HashMap<(ConfigKind, String, String), CachedVersion>,
+    capacity: usize,
+}
+
+/// The hashes of one version of one config, per set of keys read.
+#[derive(Debug, Clone)]
+struct CachedVersion {
+    resource_version: String,
+    hashes: Vec<(Keys, ConfigHash)>,
+}
+
+impl HashCache {
+    /// An empty cache of at most `capacity` configs.
+    pub fn new(capacity: usize) -> Self {
+        HashCache {
+            entries: std::collections::HashMap::new(),
+            capacity,
+        }
+    }
+
+    /// The hash of `c` in namespace `namespace`, when it was taken at `resource_version`.
+    pub fn get(
+        &self,
+        namespace: &str,
+        c: &Consumption,
+        resource_version: &str,
+    ) -> Option<&ConfigHash> {
+        let cached = self
+            .entries
+            .get(&(c.kind, namespace.to_owned(), c.name.clone()))?;
+        if cached.resource_version != resource_version {
+            return None;
+        }
+        cached
+            .hashes
+            .iter()
+            .find(|(keys, _)| *keys == c.keys)
+            .map(|(_, hash)| hash)
+    }
+
+    /// Keeps `hash`, the hash of `c` in `namespace` read at `resource_version`.
+    pub fn put(
+        &mut self,
+        namespace: &str,
+        c: &Consumption,
+        resource_version: &str,
+        hash: &ConfigHash,
+    ) {
+        let key = (c.kind, namespace.to_owned(), c.name.clone());
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            self.entries.clear();
+        }
+        let cached = self.entries.entry(key).or_insert_with(|| CachedVersion {
+            resource_version: resource_version.to_owned(),
+            hashes: Vec::new(),
+        });
+        if cached.resource_version != resource_version {
+            cached.resource_version = resource_version.to_owned();
+            cached.hashes.clear();
+        }
+        match cached.hashes.iter_mut().find(|(keys, _)| *keys == c.keys) {
+            Some((_, kept)) => *kept = hash.clone(),
+            None => cached.hashes.push((c.keys.clone(), hash.clone())),
+        }
+    }
+
+    /// Configs held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no config is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
 #[cfg(test)]
 // Test tables are tuples on purpose: one row per line reads best.
 #[allow(clippy::type_complexity)]
@@ -847,5 +934,40 @@ mod tests {
             let after = hash(&watched, &s(&changed)).hex;
             proptest::prop_assert_eq!(before != after, read.contains(&key));
         }
+    }
+    #[test]
+    fn the_hash_cache_answers_only_for_the_version_and_keys_it_was_given() {
+        let cm = |keys: Keys| Consumption {
+            kind: ConfigKind::ConfigMap,
+            name: "app".into(),
+            keys,
+            optional: false,
+        };
+        let whole = cm(Keys::All);
+        let one = cm(Keys::Only(BTreeSet::from(["a".to_string()])));
+        let data = BTreeMap::from([("a".to_string(), "1".to_string())]);
+        let object = k8s_openapi::api::core::v1::ConfigMap {
+            data: Some(data),
+            ..Default::default()
+        };
+        let hash = |c: &Consumption| hash_config(c, Some(ConfigData::from_config_map(&object)));
+        let mut cache = HashCache::new(2);
+        cache.put("ns", &whole, "10", &hash(&whole));
+        assert_eq!(cache.get("ns", &whole, "10"), Some(&hash(&whole)));
+        assert_eq!(cache.get("ns", &whole, "11"), None, "another version");
+        assert_eq!(cache.get("other", &whole, "10"), None, "another namespace");
+        assert_eq!(cache.get("ns", &one, "10"), None, "other keys");
+        cache.put("ns", &one, "10", &hash(&one));
+        assert_eq!(cache.get("ns", &one, "10"), Some(&hash(&one)));
+        assert_eq!(cache.get("ns", &whole, "10"), Some(&hash(&whole)));
+        // A newer version replaces the config's hashes.
+        cache.put("ns", &one, "12", &hash(&one));
+        assert_eq!(cache.get("ns", &whole, "10"), None);
+        assert_eq!(cache.len(), 1);
+        // Bounded: past its capacity it starts empty again.
+        cache.put("b", &one, "1", &hash(&one));
+        cache.put("c", &one, "1", &hash(&one));
+        assert_eq!(cache.len(), 1);
+        assert_eq!(cache.get("c", &one, "1"), Some(&hash(&one)));
     }
 }

@@ -17,6 +17,7 @@ use super::cache::{Cached, State};
 use super::config::ReloadConfig;
 use super::metrics::{DecisionLabels, ReloadMetrics};
 use super::work::{Causes, Work};
+use crate::hash::HashCache;
 use crate::policy::Grant;
 use crate::source::SourceKind;
 use crate::{Workload, WorkloadKind};
@@ -42,7 +43,13 @@ pub struct Context {
     pub(super) queue: Mutex<Option<WorkQueue<Work, Causes>>>,
     /// The workload watches, to apply a changed ReloadPolicy to every workload.
     pub(super) workload_informers: Mutex<Vec<(WorkloadKind, WorkloadInformer)>>,
+    /// Config hashes by the version they were read at ([`HashCache`]).
+    pub(super) hashes: Mutex<HashCache>,
 }
+
+/// Configs whose hashes [`Context::hashes`] keeps at most (a few hundred bytes each for a config
+/// read with a few keys).
+const HASHED_CONFIGS: usize = 4096;
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,6 +70,7 @@ impl Context {
             namespaces: Mutex::new(None),
             queue: Mutex::new(None),
             workload_informers: Mutex::new(Vec::new()),
+            hashes: Mutex::new(HashCache::new(HASHED_CONFIGS)),
             client,
             config,
             metrics,

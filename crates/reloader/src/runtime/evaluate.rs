@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use conflux_runtime::ConfigWatches;
 use conflux_runtime::queue::Next;
+use conflux_runtime::sync::lock;
 use conflux_watch_index::refs::{ConfigKind, ObjectRef};
 use futures::StreamExt;
 use tracing::debug;
@@ -18,7 +19,7 @@ use super::memory;
 use super::plan::Plan;
 use super::reads::{self, ConfigId};
 use super::work::Causes;
-use crate::hash::{ContentHash, assemble, hash_config, hash_provider};
+use crate::hash::{ConfigHash, ContentHash, assemble, hash_config, hash_provider};
 use crate::memory::Entry;
 use crate::opt_in::{Watch, watch_with_providers};
 use crate::patch::{Action, WorkloadState, baseline_value, decide, rebaseline};
@@ -151,8 +152,41 @@ pub(super) async fn batch(
                 .push((i, j));
         }
     }
-    let wanted: BTreeSet<ConfigId> = readers.keys().cloned().collect();
+    // Hashed from the cache where a config keeps the version it was read at (its watch says
+    // so); the rest is read.
+    let mut wanted: BTreeSet<ConfigId> = BTreeSet::new();
+    {
+        let cache = lock(&ctx.hashes);
+        for (id, users) in &readers {
+            let rv = configs
+                .stored(id.0, &id.1, &id.2)
+                .map(|m| m.resource_version().to_owned());
+            let hits: Option<Vec<ConfigHash>> = rv.as_deref().and_then(|rv| {
+                users
+                    .iter()
+                    .map(|(i, j)| {
+                        let c = &plans[*i].watch.candidates.get(*j)?.consumption;
+                        cache.get(&id.1, c, rv).cloned()
+                    })
+                    .collect()
+            });
+            let Some(hits) = hits else {
+                wanted.insert(id.clone());
+                continue;
+            };
+            for ((i, j), hash) in users.iter().zip(hits) {
+                let plan = &mut plans[*i];
+                let Some(c) = plan.watch.candidates.get(*j) else {
+                    continue;
+                };
+                let c = &c.consumption;
+                plan.hashes.insert((c.kind, c.name.clone()), hash);
+                plan.versions.insert((c.kind, c.name.clone()), rv.clone());
+            }
+        }
+    }
     let failed = reads::read(ctx, configs, &wanted, |id, data, rv| {
+        let mut cache = lock(&ctx.hashes);
         for (i, j) in readers.get(id).into_iter().flatten() {
             let plan = &mut plans[*i];
             let Some(c) = plan.watch.candidates.get(*j) else {
@@ -160,6 +194,9 @@ pub(super) async fn batch(
             };
             let c = &c.consumption;
             let hash = hash_config(c, data);
+            if let Some(rv) = rv {
+                cache.put(&id.1, c, rv, &hash);
+            }
             plan.hashes.insert((c.kind, c.name.clone()), hash);
             plan.versions
                 .insert((c.kind, c.name.clone()), rv.map(str::to_owned));

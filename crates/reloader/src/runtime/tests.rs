@@ -583,6 +583,43 @@ async fn a_data_change_rolls_once_and_a_label_never_rolls() {
     assert_eq!(h.workload_writes(), 1, "rolled once");
 }
 
+/// A fan-out the rate limit spreads over several batches reads the changed config once: the
+/// later batches hash it from the version their watch shows, and still roll.
+#[tokio::test]
+async fn a_config_is_read_once_per_version_however_many_batches_read_it() {
+    let world = Arc::new(World::default());
+    let h = Harness::new(world.clone());
+    h.configs_of(&["web"], "1");
+    h.configs.wait_synced().await;
+    let fan: Vec<DynamicObject> = ["a", "b", "c"]
+        .iter()
+        .map(|name| deployment(name, "web-cm", "web-s"))
+        .collect();
+    h.list_workloads(&fan).await;
+    h.evaluate_pending().await;
+    h.change_cm("web", "2", None);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = h.world.count("GET /api/v1/namespaces/ns/configmaps");
+    for name in ["a", "b", "c"] {
+        let object = ObjectRef::new("apps", "Deployment", "ns", name);
+        h.queue.remove(&Work::Evaluate(object.clone()));
+        let next = evaluate::batch(&h.ctx, &h.configs, vec![(object, Causes::default())]).await;
+        assert_eq!(next.len(), 1);
+        assert_eq!(
+            next[0].2,
+            Next::Hold(super::DEFAULT_DEBOUNCE),
+            "{name} rolled"
+        );
+    }
+    assert_eq!(h.workload_writes(), 3);
+    assert_eq!(
+        h.world.count("GET /api/v1/namespaces/ns/configmaps") - before,
+        1,
+        "{:?}",
+        h.world.requests()
+    );
+}
+
 #[tokio::test]
 async fn a_failed_read_retries_and_rolls_nothing() {
     let world = Arc::new(World::default());
