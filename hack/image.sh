@@ -10,6 +10,10 @@
 #   hack/image.sh build          build the release binary and the image: an OCI image layout in
 #                                target/image/oci, the same as one tar file in
 #                                target/image/conflux-<tag>.oci.tar (docker/podman load)
+#   hack/image.sh build --binary PATH
+#                                the same image around an already built conflux binary (the image
+#                                test packages the one `cargo test` built, so CI makes no release
+#                                build: its packaging is what the test checks)
 #   hack/image.sh push REF       push the built image, e.g. registry.example.com/conflux:v0.1.0
 #                                (crane's credentials: ~/.docker/config.json, `crane auth login`)
 #   hack/image.sh rootfs DIR     unpack the built image's file system into DIR (crane export)
@@ -95,13 +99,27 @@ stage_file() {
 }
 
 cmd_build() {
-  command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH" "install Rust (rustup)"
+  local bin=""
+  case ${1:-} in
+    "") ;;
+    --binary)
+      [ $# -eq 2 ] || die "usage: hack/image.sh build [--binary PATH]"
+      bin=$2
+      [ -x "$bin" ] || die "$bin is not an executable file" "name a built conflux binary"
+      ;;
+    *) die "usage: hack/image.sh build [--binary PATH]" ;;
+  esac
   command -v ldd >/dev/null 2>&1 || die "ldd is not on PATH" "apt-get install libc-bin"
   crane=$(crane_path)
-  log "building the release binary (cargo build --release -p conflux-operator --bin conflux)"
-  (cd "$repo_root" && cargo build --release --locked -p conflux-operator --bin conflux) ||
-    die "cargo build --release failed" "read the compiler output above"
-  local bin="$repo_root/target/release/conflux"
+  if [ -z "$bin" ]; then
+    command -v cargo >/dev/null 2>&1 || die "cargo is not on PATH" "install Rust (rustup)"
+    log "building the release binary (cargo build --release -p conflux-operator --bin conflux)"
+    (cd "$repo_root" && cargo build --release --locked -p conflux-operator --bin conflux) ||
+      die "cargo build --release failed" "read the compiler output above"
+    bin="$repo_root/target/release/conflux"
+  else
+    log "packaging $bin (no release build)"
+  fi
   local work="$out/work"
   rm -rf "$work" "$layout"
   mkdir -p "$work/root/usr/local/bin" "$work/root/etc"
@@ -221,5 +239,5 @@ case ${1:-} in
   rootfs) shift; cmd_rootfs "$@" ;;
   run) shift; cmd_run "$@" ;;
   ref) echo "$image_ref" ;;
-  *) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace, including the end-to-end tests against a real kube-apiserver:
-# builds (or reuses the cached) control plane, Flux, kustomize, helm and crane, and the conflux
-# image (hack/image.sh build: the release binary), then `cargo test --workspace`. Each test
-# binary that needs Kubernetes starts its own cluster through hack/cluster.sh and stops it when done.
+# builds (or reuses the cached) control plane, Flux, kustomize, helm and crane, then
+# `cargo test --workspace`. The image test packages the binary that build made (hack/image.sh
+# build --binary): no release build here. Each test binary that needs Kubernetes starts its own
+# cluster through hack/cluster.sh and stops it when done.
 # Extra arguments go to `cargo test` (for example `hack/test.sh -p conflux-watch-index`).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -17,10 +18,6 @@ export CONFLUX_KUSTOMIZE CONFLUX_FLUX_ORACLE
 echo "test.sh: control plane ready ($(( $(date +%s) - start ))s)"
 
 if [ $# -eq 0 ]; then
-  # The image that crates/operator-bin/tests/image.rs installs with Helm and runs. The test builds
-  # it too (a no-op when fresh); building it here keeps the release build out of a test's time.
-  bash hack/image.sh build
-  echo "test.sh: image built ($(( $(date +%s) - start ))s)"
   # Every test binary runs even after one fails, so a run reports all its failures at once.
   set -- --workspace --no-fail-fast
 fi

@@ -1,13 +1,14 @@
-//! The conflux image, built by `hack/image.sh build` (release binary, its shared libraries,
-//! crane), unpacked by hand from its OCI layout the way a container runtime does (digests
-//! checked, layers in order), and run from that root file system in a chroot as user 65532: the
-//! Deployment's user, with nothing of the build machine's files. `helm install` of
-//! charts/conflux on the test cluster, then conflux started as its Deployment would start it (the
-//! image's entrypoint, the Deployment's args and env, the ServiceAccount's own token and the
-//! cluster CA where a pod finds them), does every controller's job and becomes ready; `helm
-//! upgrade` turns protect on, and the new RBAC and args take effect; `helm uninstall` keeps the
-//! ConfigSync CRD and its objects. `hack/image.sh push` puts the same image (same digest) into a
-//! registry (crane's own, on loopback).
+//! The conflux image, built by `hack/image.sh build --binary` around the binary cargo built for
+//! this test: its shared libraries, crane, the same packaging as the release image, without a
+//! second, release build of the workspace in CI. Unpacked by hand from its OCI layout the way a
+//! container runtime does (digests checked, layers in order), and run from that root file system
+//! in a chroot as user 65532: the Deployment's user, with nothing of the build machine's files.
+//! `helm install` of charts/conflux on the test cluster, then conflux started as its Deployment
+//! would start it (the image's entrypoint, the Deployment's args and env, the ServiceAccount's own
+//! token and the cluster CA where a pod finds them), does every controller's job and becomes
+//! ready; `helm upgrade` turns protect on, and the new RBAC and args take effect; `helm
+//! uninstall` keeps the ConfigSync CRD and its objects. `hack/image.sh push` puts the same image
+//! (same digest) into a registry (crane's own, on loopback).
 //!
 //! The test cluster has no kubelet: the Deployment's pods stay Pending, so conflux runs as a
 //! process here. Needs root (chroot).
@@ -49,7 +50,7 @@ struct Image {
     config: Value,
 }
 
-/// `hack/image.sh build` once per test binary (the release build is a no-op when it is fresh).
+/// `hack/image.sh build --binary` once per test binary, around the `conflux` cargo built for it.
 fn image() -> &'static Image {
     static IMAGE: OnceLock<Image> = OnceLock::new();
     IMAGE.get_or_init(|| {
@@ -57,6 +58,8 @@ fn image() -> &'static Image {
         let build = Command::new("bash")
             .arg(root.join("hack/image.sh"))
             .arg("build")
+            .arg("--binary")
+            .arg(env!("CARGO_BIN_EXE_conflux"))
             .output()
             .expect("run hack/image.sh build");
         let log = String::from_utf8_lossy(&build.stderr);
