@@ -1763,6 +1763,26 @@ async fn finish(
                     row.verdict.workloads_over_bound,
                     row.verdict.never_rolled
                 );
+                // The first few over the bound, to read why (times in seconds from the start).
+                let secs = |ts: &[Duration]| {
+                    ts.iter()
+                        .map(|t| format!("{:.2}", t.as_secs_f64()))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                };
+                for over in row.verdict.over_bound.iter().take(3) {
+                    println!(
+                        "peers: loadtest {} {}: workload {} over its bound {}: changes [{}], rollouts [{}], deleted at {}",
+                        scenario.id,
+                        row.name,
+                        over.workload,
+                        over.bound,
+                        secs(&over.changes),
+                        secs(&over.rollouts),
+                        over.deleted_at
+                            .map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()))
+                    );
+                }
                 table.push(line);
             }
             Err(err) => {

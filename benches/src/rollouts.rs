@@ -149,6 +149,8 @@ pub struct Verdict {
     pub bound: u64,
     /// Workloads rolled more often than that bound.
     pub workloads_over_bound: usize,
+    /// Those workloads, with their changes and rollouts, to read why.
+    pub over_bound: Vec<OverBound>,
     /// For each data change and each workload reading it: until the workload's first rollout
     /// created after the change.
     pub latencies: Vec<Duration>,
@@ -157,6 +159,21 @@ pub struct Verdict {
     /// As `latencies`, until the workload's first pod template change after the change (what
     /// the reloader writes; paused Deployments and a busy kube-controller-manager roll later).
     pub template_latencies: Vec<Duration>,
+}
+
+/// A workload rolled more often than the leading-edge bound, with what happened to it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverBound {
+    /// Index of the workload.
+    pub workload: usize,
+    /// Its bound.
+    pub bound: u64,
+    /// When its changes were written.
+    pub changes: Vec<Duration>,
+    /// When its rollouts were seen (its creation's left out).
+    pub rollouts: Vec<Duration>,
+    /// When it was deleted, if it was.
+    pub deleted_at: Option<Duration>,
 }
 
 /// Judges `rollouts` against `writes` for `workloads`. `templates` are the pod template changes
@@ -210,6 +227,13 @@ pub fn judge(
         }
         if made.len() as u64 > bound {
             verdict.workloads_over_bound += 1;
+            verdict.over_bound.push(OverBound {
+                workload: index,
+                bound,
+                changes: times.clone(),
+                rollouts: made.iter().map(|r| r.at).collect(),
+                deleted_at: workload.deleted_at,
+            });
         }
         let mut written: Vec<&Rollout> = templates.iter().filter(|t| t.workload == index).collect();
         written.sort_by_key(|t| t.rv);
