@@ -291,28 +291,6 @@ build_crane() {
     "-X github.com/google/go-containerregistry/cmd/crane/cmd.Version=$CRANE_VERSION"
 }
 
-# Downloads the modules of wrapper modules "$@" (in order) into Go's module cache, in the
-# background: on a cold machine the downloads of the next builds then overlap the compiling of
-# the current one, which has the CPUs (the go commands lock the cache, so sharing it is safe).
-# Best effort: a build still fetches what it lacks, and reports a failure itself.
-prefetch() {
-  [ $# -gt 0 ] || return 0
-  log "fetching the modules of ${*} in the background (log: $cache_root/prefetch.log)"
-  local dir
-  (
-    for dir; do
-      if [ "$dir" = flux-oracle ]; then
-        # Its toolchain first, which go fetches when GOTOOLCHAIN names it.
-        (cd "$ground/$dir" && GOTOOLCHAIN=$FLUX_ORACLE_TOOLCHAIN go mod download) || true
-      else
-        (cd "$ground/$dir" && go mod download) || true
-      fi
-      echo "prefetch: $dir done at $(date +%T)"
-    done
-  ) >"$cache_root/prefetch.log" 2>&1 &
-  prefetch_pid=$!
-}
-
 cmd_build() {
   local flux=0 kustomize=0 helm=0 crane=0 oracle=0 kubernetes=1
   for arg; do
@@ -331,27 +309,12 @@ cmd_build() {
   fi
   mkdir -p "$cache_root"
   ensure_host_tools
-  # What is not cached yet, in build order after the first build (which fetches its own modules at
-  # once): their modules are fetched in the background meanwhile.
-  local fetch=()
-  if [ "$kubernetes" = 1 ] && ! [ -x "$bin_dir/kube-apiserver" ]; then fetch+=(etcd); fi
-  if [ "$flux" = 1 ] && ! [ -f "$flux_dir/.complete" ]; then
-    fetch+=(flux/source-controller flux/kustomize-controller flux/helm-controller
-      flux/notification-controller flux/operator gitserver)
-  fi
-  if [ "$kustomize" = 1 ] && ! [ -x "$kustomize_bin" ]; then fetch+=(kustomize); fi
-  if [ "$oracle" = 1 ] && ! [ -x "$flux_oracle_bin" ]; then fetch+=(flux-oracle); fi
-  if [ "$helm" = 1 ] && ! [ -x "$helm_bin" ]; then fetch+=(helm); fi
-  if [ "$crane" = 1 ] && ! [ -x "$crane_bin" ]; then fetch+=(crane); fi
-  prefetch "${fetch[@]}"
   [ "$kubernetes" = 0 ] || build_kubernetes
   [ "$flux" = 0 ] || build_flux
   [ "$kustomize" = 0 ] || build_kustomize
   [ "$oracle" = 0 ] || build_flux_oracle
   [ "$helm" = 0 ] || build_helm
   [ "$crane" = 0 ] || build_crane
-  # Nothing of the build outlives it (CI cleans Go's caches next).
-  [ -z "${prefetch_pid:-}" ] || wait "$prefetch_pid" || true
 }
 
 # A loopback port that is free: random below the kernel's ephemeral range (so it cannot be the
