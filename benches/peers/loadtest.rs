@@ -704,7 +704,6 @@ impl Rng {
 struct WorkloadRecord {
     spec: WorkloadSpec,
     created_rv: u64,
-    deleted_rv: Option<u64>,
     deleted_at: Option<Instant>,
 }
 
@@ -809,13 +808,12 @@ impl Record {
                     .filter_map(|c| self.configs.iter().position(|x| x == c))
                     .collect(),
                 created_rv: w.created_rv,
-                // The watch's revision; else the DELETE's answer; else (never seen) every later
-                // write counts as the deleted workload's.
+                // The watch's revision; if it never saw the deletion, every later write counts as
+                // the deleted workload's.
                 deleted_rv: w.deleted_at.map(|_| {
                     deletions
                         .get(&(w.spec.kind, w.spec.ns.clone(), w.spec.name.clone()))
                         .copied()
-                        .or(w.deleted_rv)
                         .unwrap_or(u64::MAX)
                 }),
                 deleted_at: w.deleted_at.map(|at| at.saturating_duration_since(self.t0)),
@@ -1136,7 +1134,6 @@ async fn run_loop(
                     lock(&record.workloads).push(WorkloadRecord {
                         spec,
                         created_rv: rv,
-                        deleted_rv: None,
                         deleted_at: None,
                     });
                     created += 1;
@@ -1144,12 +1141,11 @@ async fn run_loop(
                 if created > keep {
                     let name = format!("churn-deploy-{}", created - keep);
                     let api: Api<Deployment> = Api::namespaced(client.clone(), NS);
-                    if let Ok(gone) = api.delete(&name, &DeleteParams::default()).await
+                    if api.delete(&name, &DeleteParams::default()).await.is_ok()
                         && let Some(w) = lock(&record.workloads)
                             .iter_mut()
                             .find(|w| w.spec.name == name)
                     {
-                        w.deleted_rv = gone.left().map(|d| rv_of(&d));
                         w.deleted_at = Some(Instant::now());
                     }
                 }
@@ -1458,7 +1454,6 @@ async fn measure_on(
         lock(&record.workloads).push(WorkloadRecord {
             spec: spec.clone(),
             created_rv: rv,
-            deleted_rv: None,
             deleted_at: None,
         });
     }
