@@ -175,13 +175,7 @@ pub(super) async fn batch(
                 continue;
             };
             for ((i, j), hash) in users.iter().zip(hits) {
-                let plan = &mut plans[*i];
-                let Some(c) = plan.watch.candidates.get(*j) else {
-                    continue;
-                };
-                let c = &c.consumption;
-                plan.hashes.insert((c.kind, c.name.clone()), hash);
-                plan.versions.insert((c.kind, c.name.clone()), rv.clone());
+                plans[*i].record(*j, hash, rv.as_deref());
             }
         }
     }
@@ -192,14 +186,11 @@ pub(super) async fn batch(
             let Some(c) = plan.watch.candidates.get(*j) else {
                 continue;
             };
-            let c = &c.consumption;
-            let hash = hash_config(c, data);
+            let hash = hash_config(&c.consumption, data);
             if let Some(rv) = rv {
-                cache.put(&id.1, c, rv, &hash);
+                cache.put(&id.1, &c.consumption, rv, &hash);
             }
-            plan.hashes.insert((c.kind, c.name.clone()), hash);
-            plan.versions
-                .insert((c.kind, c.name.clone()), rv.map(str::to_owned));
+            plan.record(*j, hash, rv);
         }
     })
     .await;

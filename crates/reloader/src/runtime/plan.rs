@@ -33,4 +33,14 @@ impl Plan {
     pub(super) fn uid(&self) -> String {
         self.workload.uid().unwrap_or_default().to_owned()
     }
+
+    /// Records the hash of its `j`th candidate config, read (or cached) at `version`.
+    pub(super) fn record(&mut self, j: usize, hash: ConfigHash, version: Option<&str>) {
+        let Some(c) = self.watch.candidates.get(j) else {
+            return;
+        };
+        let id = (c.consumption.kind, c.consumption.name.clone());
+        self.versions.insert(id.clone(), version.map(str::to_owned));
+        self.hashes.insert(id, hash);
+    }
 }
