@@ -568,12 +568,10 @@ async fn rollouts_are_rate_limited_cluster_wide() {
         wait_rolled(&client, &ns, name, None).await;
     }
     // One token at once, then one every 500 ms: the third rollout is at least ~1 s after the
-    // window.
+    // change (the leading edge rolls the first at once, so the window adds nothing; the bound
+    // was WINDOW + 900 ms, which a run without config reads met only by luck: 1.19 s once).
     let elapsed = start.elapsed();
-    assert!(
-        elapsed >= WINDOW + Duration::from_millis(900),
-        "{elapsed:?}"
-    );
+    assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
     assert!(conflux.decisions("throttled") >= 2);
     assert_eq!(conflux.rollouts(), 3);
 }
